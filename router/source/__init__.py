@@ -1,0 +1,68 @@
+"""Kafka streaming source: Spark's JVM Kafka connector when present, else a Python Data Source.
+
+``kafka_stream(spark, options)`` returns a streaming DataFrame with the columns of
+Spark's Kafka source (key, value, topic, partition, offset, timestamp,
+timestampType, headers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from router.source.exceptions import (
+    BrokerError,
+    OffsetsError,
+    ReadStalledError,
+    SourceError,
+    SourceOptionsError,
+)
+from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "KafkaSourceOptions",
+    "kafka_stream",
+    "jvm_kafka_available",
+    "jvm_kafka_options",
+    "SourceError",
+    "SourceOptionsError",
+    "OffsetsError",
+    "BrokerError",
+    "ReadStalledError",
+]
+
+JVM_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def jvm_kafka_available(spark: "SparkSession") -> bool:
+    """True when Spark's own Kafka source is on the driver classpath (classic Spark only)."""
+    try:
+        jvm = spark._jvm  # absent under Spark Connect
+        if jvm is None:
+            return False
+        jvm.java.lang.Class.forName(JVM_PROVIDER, False, jvm.Thread.currentThread().getContextClassLoader())
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not available"
+        return False
+
+
+def jvm_kafka_options(options: KafkaSourceOptions) -> dict[str, str]:
+    """The equivalent options of Spark's JVM Kafka source (librdkafka names passed as kafka.*)."""
+    from router.source.spark_options import to_jvm_options
+
+    return to_jvm_options(options)
+
+
+def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_python: bool = False) -> "DataFrame":
+    """A streaming DataFrame over the subscription; ``force_python`` skips the JVM connector."""
+    if not force_python and jvm_kafka_available(spark):
+        return spark.readStream.format("kafka").options(**jvm_kafka_options(options)).load()
+    from router.source.datasource import SOURCE_NAME, KafkaDataSource
+
+    if options.target_tasks is None:
+        options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
+    spark.dataSource.register(KafkaDataSource)
+    return spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json()).load()

@@ -1,0 +1,162 @@
+"""The "icerouter-kafka" Python streaming Data Source over confluent-kafka.
+
+The driver-side reader plans offsets (admission control, Trigger.AvailableNow,
+packing); everything a task needs travels in its InputPartition, and tasks
+yield Arrow batches with the schema of Spark's JVM Kafka source.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from router.source.exceptions import OffsetsError, SourceOptionsError
+from router.source.metadata import BrokerMetadata
+from router.source.offsets import Offsets, Range, advance, merge_end, normalize, pack_ranges, plan_ranges, tp_key
+from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+from router.source.schema import kafka_struct_type
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "icerouter-kafka"
+
+#: Used when neither the options nor kafka_stream() gave a task count.
+DEFAULT_TARGET_TASKS = 2 * (os.cpu_count() or 1)
+
+#: Kafka's special offsets in a starting-offsets mapping (same as Spark's JVM source).
+LATEST, EARLIEST = -1, -2
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: the options JSON plus a packed list of (topic, partition, from, until)."""
+
+    def __init__(self, options_json: str, ranges: tuple[tuple[str, int, int, int], ...]) -> None:
+        self.options_json = options_json
+        self.ranges = ranges
+
+    def __reduce__(self):
+        return (KafkaInputPartition, (self.options_json, self.ranges))
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({len(self.ranges)} ranges)"
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans offsets on the driver; ``read`` runs on workers and touches no reader state."""
+
+    def __init__(self, options_json: str) -> None:
+        self.options_json = options_json
+        self.options = KafkaSourceOptions.from_json(options_json)
+        self._metadata: BrokerMetadata | None = None
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+
+    def __getstate__(self):
+        return {"options_json": self.options_json, "options": self.options,
+                "_metadata": None, "_target": self._target, "_latest": None}
+
+    @property
+    def metadata(self) -> BrokerMetadata:
+        if self._metadata is None:
+            self._metadata = BrokerMetadata(self.options)
+        return self._metadata
+
+    # -- offsets -----------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        tps = self.metadata.partitions()
+        start = self.options.starting_offsets
+        if start == "latest":
+            return self.metadata.offsets(tps, "latest")
+        earliest = self.metadata.offsets(tps, "earliest")
+        if start == "earliest":
+            return earliest
+        latest = self.metadata.offsets(tps, "latest")
+        out = dict(earliest)
+        for topic, parts in start.items():
+            for partition, offset in parts.items():
+                key = tp_key(topic, partition)
+                if offset == LATEST:
+                    out[key] = latest.get(key, 0)
+                elif offset == EARLIEST:
+                    out[key] = earliest.get(key, 0)
+                elif offset >= 0:
+                    out[key] = offset
+                else:
+                    raise OffsetsError(f"invalid starting offset {offset}", topic=topic, partition=partition)
+        return normalize(out)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Freeze the target: records and topics arriving later wait for the next run."""
+        self._target = self.metadata.latest()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_trigger:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start = normalize(start)
+        if self._target is not None:
+            latest = self._target
+        else:
+            latest = self.metadata.latest()
+            self._latest = latest
+        end = merge_end(start, latest)
+        if self._target is not None:
+            end = {k: (min(v, max(self._target[k], start.get(k, 0))) if k in self._target else start.get(k, 0))
+                   for k, v in end.items()}
+            end = normalize(end)
+        if isinstance(limit, ReadMaxRows):
+            end = advance(start, plan_ranges(start, end, limit.max_rows))
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    # -- planning and reading ----------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        ranges = plan_ranges(normalize(start), normalize(end))
+        tasks = pack_ranges(ranges, self.options.target_tasks or DEFAULT_TARGET_TASKS)
+        return [KafkaInputPartition(self.options_json, tuple(r.as_tuple() for r in task)) for task in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from router.source.fetch import read_ranges
+
+        assert isinstance(partition, KafkaInputPartition)
+        return read_ranges(partition.options_json, [Range(*r) for r in partition.ranges])
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in the checkpoint and in Iceberg table properties."""
+
+    def stop(self) -> None:
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("icerouter-kafka").option("icerouter.options", opts.to_json())``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return kafka_struct_type()
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        text = self.options.get(OPTIONS_KEY)
+        if not text:
+            raise SourceOptionsError(f"option {OPTIONS_KEY!r} is required (KafkaSourceOptions.to_json())")
+        return KafkaStreamReader(text)

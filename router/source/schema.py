@@ -1,0 +1,48 @@
+"""The row schema of Spark's own Kafka source, built in code (never DDL strings)."""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+#: Kafka's TimestampType ids as Spark exposes them, indexed by confluent-kafka's constants
+#: (TIMESTAMP_NOT_AVAILABLE=0, TIMESTAMP_CREATE_TIME=1, TIMESTAMP_LOG_APPEND_TIME=2).
+SPARK_TIMESTAMP_TYPE = (-1, 0, 1)
+
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def kafka_struct_type() -> StructType:
+    """key, value, topic, partition, offset, timestamp, timestampType, headers (all nullable)."""
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def kafka_arrow_schema() -> pa.Schema:
+    """The Arrow schema pyspark 4.3 checks ``read()`` batches against, derived from Spark's own mapping."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(kafka_struct_type(), timezone="UTC")
