@@ -1,0 +1,112 @@
+"""Process helpers shared by the dev-stack launchers (ports, waiting, stopping)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+from router.devstack.exceptions import ServiceStartError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Ask the kernel for an unused TCP port (small race window, fine for dev)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    service: str,
+    proc: subprocess.Popen | None = None,
+    log_path: str | None = None,
+    interval: float = 0.1,
+) -> None:
+    """Poll ``check`` until true; fail early if ``proc`` died, with its log tail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceStartError(service, f"exited with code {proc.returncode}: {log_tail(log_path)}")
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - any probe failure means "not ready yet"
+            pass
+        time.sleep(interval)
+    raise ServiceStartError(service, f"not ready after {timeout:.0f}s: {log_tail(log_path)}")
+
+
+def log_tail(path: str | None, limit: int = 2000) -> str:
+    if not path or not os.path.exists(path):
+        return "(no log)"
+    with open(path, "rb") as fh:
+        data = fh.read()[-limit:]
+    return data.decode("utf-8", "replace").strip()
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def stop_pid(pid: int, *, group: bool = True, timeout: float = 10.0, sig: int = signal.SIGTERM) -> bool:
+    """Send ``sig`` (to the process group when ``group``), then SIGKILL after ``timeout``.
+
+    Returns True when the process is gone. Processes are started with
+    ``start_new_session=True`` so their group id equals their pid.
+    """
+    send = os.killpg if group else os.kill
+    try:
+        send(pid, sig)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        send = os.kill
+        send(pid, sig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    try:
+        send(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    for _ in range(100):
+        _reap(pid)
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
