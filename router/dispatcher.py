@@ -1,0 +1,192 @@
+"""The foreachBatch function: fan the batch out to executors, commit on the driver.
+
+One Spark pass per batch (`mapInArrow`): executors route, decode, evolve and
+write files, and return small per-table descriptors. The driver then commits
+every table in parallel. A table whose commit fails after all retries is
+quarantined for this batch: a second, narrow pass re-reads only its records and
+dead-letters them with the original bytes, so nothing is lost and no other
+table waits. The dead-letter table is committed last, with the same batch id,
+so a replay after a crash neither loses nor duplicates dead letters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import pickle
+import time
+from typing import Any
+
+from router.commit import CommitReport, SnapshotExpirer, commit_all
+from router.config import RouterConfig
+from router.routes import RoutingTable
+from router.writer import DispatchContext, TableResult, process_partition
+
+log = logging.getLogger("icerouter.job")
+
+TRANSIENT_MARKERS = ("RegistryUnavailable", "TRANSIENT", "Connection refused", "OperationalError")
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in TRANSIENT_MARKERS)
+
+
+@dataclasses.dataclass
+class BatchStats:
+    batch_id: int
+    records: int = 0
+    tables_committed: int = 0
+    tables_skipped: int = 0
+    tables_failed: int = 0
+    rows_written: int = 0
+    dead_letters: int = 0
+    dispatch_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    total_seconds: float = 0.0
+    attempts: int = 1
+    failed_tables: dict = dataclasses.field(default_factory=dict)
+    changes: dict = dataclasses.field(default_factory=dict)
+
+    def line(self) -> str:
+        return (f"batch {self.batch_id}: {self.rows_written} rows -> {self.tables_committed} tables "
+                f"({self.tables_skipped} already committed, {self.tables_failed} failed), "
+                f"{self.dead_letters} dead letters; dispatch {self.dispatch_seconds:.2f}s "
+                f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s")
+
+
+class Dispatcher:
+    """Callable passed to `foreachBatch`; holds driver-side state between batches."""
+
+    def __init__(self, config: RouterConfig, transient_retry_seconds: float = 600.0):
+        self.config = config
+        self.routing = RoutingTable(config.routes, config.tables, config.dlq)
+        self.registry = config.registry_config()
+        self.policies = config.policies()
+        self.expirer = SnapshotExpirer(config.catalog, config.maintenance)
+        self.transient_retry_seconds = transient_retry_seconds
+        self.history: list[BatchStats] = []
+        self.totals = {"rows": 0, "dead_letters": 0, "batches": 0}
+        self.table_rows: dict[str, int] = {}
+        self.listeners: list = []
+
+    def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
+        dlq_producer = None
+        if self.config.dlq.topic:
+            dlq_producer = {"bootstrap.servers": self.config.kafka.bootstrap_servers,
+                            **{k: v for k, v in self.config.kafka.client.items() if not k.startswith("consumer.")}}
+        return DispatchContext(
+            job=self.config.job.name, batch_id=batch_id, catalog=self.config.catalog, registry=self.registry,
+            routing=self.routing, policies=self.policies, tables=self.config.tables, dlq=self.config.dlq,
+            unmatched=self.config.unmatched, tombstones=self.config.tombstones, dlq_producer=dlq_producer,
+            redirect=redirect)
+
+    def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
+        fn = functools.partial(process_partition, ctx=ctx)
+        rows = df.mapInArrow(fn, _spark_schema()).collect()
+        merged: dict[str, TableResult] = {}
+        for row in rows:
+            result: TableResult = pickle.loads(row["descriptor"])
+            if result.table in merged:
+                merged[result.table].merge(result)
+            else:
+                merged[result.table] = result
+        return merged
+
+    def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
+        deadline = time.monotonic() + self.transient_retry_seconds
+        delay = 1.0
+        while True:
+            try:
+                return self.run_pass(df, ctx)
+            except Exception as exc:
+                if not is_transient(exc) or time.monotonic() > deadline:
+                    raise
+                stats.attempts += 1
+                log.warning("batch %s: transient failure, retrying in %.0fs: %s", ctx.batch_id, delay,
+                            str(exc).splitlines()[0][:300])
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.perf_counter()
+        stats = BatchStats(batch_id)
+        job = self.config.job
+        results = self.dispatch_with_retry(df, self.context(batch_id), stats)
+        stats.dispatch_seconds = time.perf_counter() - started
+        dlq_table = self.config.dlq.table
+        dlq_result = results.pop(dlq_table, None) if dlq_table else None
+
+        t_commit = time.perf_counter()
+        report = commit_all(self.config.catalog, results.values(), job.name, batch_id,
+                            threads=job.commit_threads, retries=job.commit_retries)
+        failed = {o.table: o.error for o in report.failed}
+        failed.update({r.table: r.failure for r in results.values() if r.failure and r.table not in failed})
+        commit_failed = frozenset(o.table for o in report.failed)
+        if commit_failed:
+            log.error("batch %s: quarantining %s for this batch (records go to the DLQ): %s", batch_id,
+                      ", ".join(sorted(commit_failed)), "; ".join(f"{o.table}: {o.error}" for o in report.failed))
+            redirected = self.dispatch_with_retry(df, self.context(batch_id, redirect=commit_failed), stats)
+            extra = redirected.get(dlq_table) if dlq_table else None
+            if extra is not None:
+                if dlq_result is None:
+                    dlq_result = extra
+                else:
+                    dlq_result.merge(extra)
+        if dlq_result is not None:
+            dlq_report = commit_all(self.config.catalog, [dlq_result], job.name, batch_id,
+                                    threads=1, retries=max(job.commit_retries, 10))
+            if dlq_report.failed:
+                # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.
+                raise RuntimeError(f"dead-letter table {dlq_table} commit failed: {dlq_report.failed[0].error}")
+            report.outcomes += dlq_report.outcomes
+            stats.dead_letters = dlq_result.rows
+        stats.commit_seconds = time.perf_counter() - t_commit
+
+        for outcome in report.outcomes:
+            self.expirer.after_commit(outcome)
+            if outcome.status == "committed":
+                self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
+        stats.tables_committed = len([o for o in report.committed if o.table != dlq_table])
+        stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
+        stats.tables_failed = len(failed)
+        stats.failed_tables = failed
+        stats.rows_written = sum(o.rows for o in report.committed if o.table != dlq_table)
+        stats.changes = {r.table: r.changes for r in results.values() if r.changes}
+        stats.total_seconds = time.perf_counter() - started
+        self.record(stats)
+
+    def record(self, stats: BatchStats) -> None:
+        self.history.append(stats)
+        self.history = self.history[-100:]
+        self.totals["rows"] += stats.rows_written
+        self.totals["dead_letters"] += stats.dead_letters
+        self.totals["batches"] += 1
+        log.info(stats.line())
+        for table, reason in stats.failed_tables.items():
+            log.error("batch %s: table %s failed: %s", stats.batch_id, table, reason)
+        for listener in self.listeners:
+            listener(stats)
+        if self.config.job.status_file:
+            write_status(self.config.job.status_file, self, stats)
+
+
+def write_status(path: str, dispatcher: Dispatcher, stats: BatchStats) -> None:
+    """A small JSON status file for dashboards and the demo (atomic replace)."""
+    body = {"job": dispatcher.config.job.name, "updated": time.time(), "totals": dispatcher.totals,
+            "last_batch": dataclasses.asdict(stats), "tables": dispatcher.table_rows}
+    tmp = f"{path}.tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(tmp, "w") as fh:
+        json.dump(body, fh, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+@functools.lru_cache(maxsize=1)
+def _spark_schema() -> Any:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    return StructType([StructField("table", StringType()), StructField("descriptor", BinaryType())])

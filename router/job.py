@@ -1,0 +1,97 @@
+"""Build the Spark session and start the streaming query."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from router.config import RouterConfig
+from router.dispatcher import Dispatcher
+
+log = logging.getLogger("icerouter.job")
+
+SPARK_DEFAULTS = {
+    "spark.master": "local[*]",
+    "spark.app.name": "icerouter",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "4g",
+    "spark.driver.maxResultSize": "1g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # tasks are retried on executors (registry hiccups, lost workers)
+    "spark.task.maxFailures": "4",
+}
+
+
+def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
+    """A SparkSession with our defaults; settings from `job.spark` win. Call before any JVM starts."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
+    from pyspark.sql import SparkSession
+
+    settings = {**SPARK_DEFAULTS, **{k: str(v) for k, v in config.job.spark.items()}, **(extra or {})}
+    master = settings.pop("spark.master")
+    if master.startswith("local[") and "," not in master:
+        master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
+    builder = SparkSession.builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def source_options(config: RouterConfig):
+    from router.source import KafkaSourceOptions
+
+    kafka = config.kafka
+    return KafkaSourceOptions(
+        bootstrap=kafka.bootstrap_servers,
+        topics=tuple(kafka.topics),
+        pattern=kafka.pattern,
+        client_config={k: str(v) for k, v in kafka.client.items()},
+        starting_offsets=kafka.starting_offsets,
+        max_records_per_trigger=kafka.max_records_per_batch,
+    )
+
+
+def start_query(spark, config: RouterConfig, available_now: bool = False, dispatcher: Dispatcher | None = None):
+    """Start the streaming query; returns (query, dispatcher)."""
+    from router.source import kafka_stream
+
+    dispatcher = dispatcher or Dispatcher(config)
+    stream = kafka_stream(spark, source_options(config))
+    writer = (stream.writeStream.queryName(config.job.name)
+              .option("checkpointLocation", config.job.checkpoint)
+              .foreachBatch(dispatcher))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.job.trigger_seconds} seconds")
+    query = writer.start()
+    log.info("query %s started (checkpoint %s)", config.job.name, config.job.checkpoint)
+    return query, dispatcher
+
+
+def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
+    """Run until stopped (or until caught up with --available-now)."""
+    spark = build_spark(config)
+    query, dispatcher = start_query(spark, config, available_now)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        log.info("stopping %s", config.job.name)
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")
+    return dispatcher

@@ -1,0 +1,227 @@
+"""One Spark partition of a micro-batch, processed on an executor.
+
+Steps: sort by topic once -> per topic, decode values grouped by schema id ->
+evaluate routes column-wise (topic / header / field) -> collect per table ->
+evolve each table once (all writer schemas of the partition together, so fan-in
+is one schema change) -> align to the table's shape -> write Parquet data files
+with pyiceberg's writer (correct field ids, stats, partition values). Failures
+stay local to their records or their table and become dead letters.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from router.align import align_table
+from router.dlq import DeadLetter
+from router.exceptions import RouteError
+from router.writer import (
+    DispatchContext, Pending, TableResult, field_column, header_values, sort_by_topic, write_dead_letters,
+)
+
+log = logging.getLogger("icerouter.partition")
+
+
+class PartitionWriter:
+    def __init__(self, ctx: DispatchContext):
+        from registry.client import get_registry
+
+        self.ctx = ctx
+        self.registry = get_registry(ctx.registry)
+        self.results: dict[str, TableResult] = {}
+        self.letters: list[DeadLetter] = []
+        self.pending: dict[str, list[Pending]] = defaultdict(list)
+        self.source: pa.Table | None = None
+
+    # ---------------------------------------------------------------- steps
+    def run(self, source: pa.Table) -> list[TableResult]:
+        ordered, runs = sort_by_topic(source)
+        self.source = ordered
+        for topic, start, length in runs:
+            self.route_topic(topic, start, length)
+        for table_id, items in self.pending.items():
+            self.write_table(table_id, items)
+        write_dead_letters(self.ctx, ordered, self.letters, self.results)
+        return list(self.results.values())
+
+    def dead_letter(self, rows: Any, error_class: str, reason: str, **where: Any) -> None:
+        if self.ctx.redirect and error_class != "quarantined":
+            return
+        rows = rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
+        if rows:
+            self.letters.append(DeadLetter(rows, error_class, reason, **where))
+
+    def route_topic(self, topic: str, start: int, length: int) -> None:
+        ctx = self.ctx
+        positions = pa.array(range(start, start + length), pa.int64())
+        routes = ctx.routing.routes_for_topic(topic)
+        if not routes:
+            if ctx.unmatched == "dlq":
+                self.dead_letter(positions, "unmatched", f"no route matches topic {topic!r}")
+            return
+        chunk = self.source.slice(start, length)
+        values = chunk.column("value").combine_chunks()
+        tombstones = values.is_null()
+        if pc.any(tombstones).as_py():
+            if ctx.tombstones == "dlq":
+                self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
+        from registry.decode import decode_values
+
+        result = decode_values(self.registry, values, headers=chunk.column("headers").combine_chunks())
+        transient = [f for f in result.failures if f.transient]
+        if transient:
+            from registry.exceptions import RegistryUnavailable
+
+            raise RegistryUnavailable(f"registry unavailable while decoding topic {topic}: {transient[0].reason}")
+        for failure in result.failures:
+            if failure.error_class == "tombstone":
+                continue
+            self.dead_letter([start + failure.index], failure.error_class, failure.reason,
+                             schema_id=failure.schema_id)
+        headers_cache: dict[str, list] = {}
+        for group in result.groups:
+            rows = pc.add(pa.array(group.indices, pa.int64()), start)
+            for route in routes:
+                self.route_group(topic, route, group, rows, chunk, start, headers_cache)
+
+    def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> None:
+        """Apply one route to the decoded rows of one schema id."""
+        batch = group.batch
+        local = pc.subtract(rows, start)
+        mask = None
+        header_cols = {}
+        for name in route.header_names:
+            if name not in headers_cache:
+                headers_cache[name] = header_values(chunk.column("headers").combine_chunks(), name)
+            header_cols[name] = pc.take(pa.array(headers_cache[name], pa.string()), local)
+        for name, rx in route.headers:
+            col = header_cols[name]
+            m = pc.and_kleene(pc.is_valid(col), pc.match_substring_regex(col, f"^(?:{rx.pattern})$"))
+            mask = m if mask is None else pc.and_(mask, m)
+        field_cols = {}
+        for name in route.field_names:
+            col = field_column(batch, name)
+            if col is None:
+                field_cols[name] = pa.nulls(batch.num_rows)
+            else:
+                field_cols[name] = col
+        for name, allowed in route.fields:
+            col = field_cols[name]
+            m = pc.is_in(col, value_set=pa.array(list(allowed), type=col.type)) if not pa.types.is_null(col.type) \
+                else pa.array([False] * batch.num_rows)
+            m = pc.fill_null(m, False)
+            mask = m if mask is None else pc.and_(mask, m)
+        if mask is not None:
+            mask = pc.fill_null(mask, False)
+            if not pc.any(mask).as_py():
+                return
+            batch, rows = batch.filter(mask), pc.filter(rows, mask)
+            header_cols = {k: pc.filter(v, mask) for k, v in header_cols.items()}
+            field_cols = {k: pc.filter(v, mask) for k, v in field_cols.items()}
+        dynamic = [p for p in route.placeholders if p != "topic"]
+        if not dynamic:
+            try:
+                table_id = self.ctx.routing.render(route, topic)
+            except RouteError as exc:
+                self.dead_letter(rows, type(exc).__name__, exc.message, route=route.name, schema_id=group.schema_id)
+                return
+            self.add_pending(table_id, route, group, batch, rows)
+            return
+        # Table name depends on data: render per distinct value combination.
+        keys = [header_cols[p[7:]] if p.startswith("header.") else field_cols[p[6:]] for p in dynamic]
+        combos = pa.table({str(i): k.cast(pa.string()) if not pa.types.is_string(k.type) else k
+                           for i, k in enumerate(keys)})
+        combos = combos.append_column("__row", pa.array(range(batch.num_rows), pa.int64()))
+        grouped = combos.group_by([str(i) for i in range(len(keys))]).aggregate([("__row", "list")])
+        for entry in grouped.to_pylist():
+            values = [entry[str(i)] for i in range(len(keys))]
+            hdrs = {p[7:]: v for p, v in zip(dynamic, values) if p.startswith("header.")}
+            flds = {p[6:]: v for p, v in zip(dynamic, values) if p.startswith("field.")}
+            idx = pa.array(entry["__row_list"], pa.int64())
+            try:
+                table_id = self.ctx.routing.render(route, topic, hdrs, flds)
+            except RouteError as exc:
+                self.dead_letter(pc.take(rows, idx), type(exc).__name__, exc.message, route=route.name,
+                                 schema_id=group.schema_id)
+                continue
+            self.add_pending(table_id, route, group, batch.take(idx), pc.take(rows, idx))
+
+    def add_pending(self, table_id, route, group, batch, rows) -> None:
+        if self.ctx.redirect and table_id not in self.ctx.redirect:
+            return
+        if table_id in self.ctx.quarantined or table_id in self.ctx.redirect:
+            self.dead_letter(rows, "quarantined", f"table {table_id} is quarantined", table=table_id,
+                             route=route.name, schema_id=group.schema_id)
+            return
+        schema = group.artifacts.iceberg_schema
+        if route.columns is not None:
+            keep = [c for c in route.columns if c in batch.schema.names]
+            batch = batch.select(keep)
+            schema = schema.select(*keep)
+        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, 0))
+
+    def write_table(self, table_id: str, items: list[Pending]) -> None:
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        from evolution.arrow import iceberg_to_arrow
+        from router.evolve import evolve_table
+
+        ctx = self.ctx
+        route = items[0].route
+        topic = self.source.column("topic")[items[0].rows[0].as_py()].as_py()
+        policy = ctx.policies.resolve(topic, route.evolution)
+        incoming = {}
+        for item in items:
+            incoming.setdefault(item.schema_id, item.iceberg_schema)
+        result = self.results.setdefault(table_id, TableResult(table_id))
+        letters_before = len(self.letters)
+        try:
+            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by)
+            result.changes += decision.changes
+            parts, written_rows = [], []
+            target = iceberg_to_arrow(decision.table.schema()) if decision.table is not None else None
+            for item in items:
+                d = decision.per_schema[item.schema_id]
+                if d.action == "drop":
+                    result.discarded += len(item.rows)
+                    continue
+                if d.action in ("dlq", "fail"):
+                    if d.action == "fail":
+                        result.failure = d.reason
+                    self.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
+                                     d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
+                    result.dead_letters += len(item.rows)
+                    continue
+                batch = item.batch
+                if d.drop_columns:
+                    batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
+                parts.append(align_table(batch, target, ctx.tables.case_sensitive))
+                written_rows.append(item.rows)
+                result.schema_ids.add(item.schema_id)
+            if not parts:
+                return
+            data = pa.concat_tables(parts)
+            files = list(_dataframe_to_data_files(decision.table.metadata, data, decision.table.io))
+            rows = pa.concat_arrays(written_rows)
+            result.data_files += files
+            result.rows += data.num_rows
+            result.cover(pc.take(self.source.column("topic"), rows), pc.take(self.source.column("partition"), rows),
+                         pc.take(self.source.column("offset"), rows))
+        except Exception as exc:  # one bad table must not stop the others: dead-letter its records
+            from registry.exceptions import RegistryError
+
+            if isinstance(exc, RegistryError) and exc.transient:
+                raise
+            log.exception("table %s failed in this task", table_id)
+            result.failure = f"{type(exc).__name__}: {exc}"
+            result.data_files, result.rows, result.dead_letters = [], 0, 0
+            del self.letters[letters_before:]
+            for item in items:
+                self.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id,
+                                 route=item.route.name, schema_id=item.schema_id)
+                result.dead_letters += len(item.rows)
