@@ -288,7 +288,7 @@ class _Planner:
 def _emit(s: _Struct, path: Path, ids: Iterator[int]) -> Iterator[Change]:
     for f in s.fields:
         if f.added:
-            yield AddColumn(path + (f.name,), _to_type(f.type, ids), f.doc)
+            yield AddColumn(path + (f.name,), _to_field(f, ids).field_type, f.doc)
             continue
         p = path + (f.path_name,)
         if f.name != f.path_name:
