@@ -1,0 +1,118 @@
+"""Everything derived from one registered schema, built once per schema id.
+
+Parsing the schema, mapping it to Iceberg and Arrow and choosing a decoder
+costs milliseconds; payloads arrive by the million. ``build_artifacts`` is
+pure (no registry access) so the client can cache its result per id.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+from pyiceberg.schema import Schema
+
+from registry.avro_columnar import ColumnarDecoder, columnar_supported
+from registry.avro_records import RecordDecoder
+from registry.exceptions import UnsupportedSchemaType
+
+__all__ = ["SchemaArtifacts", "Decoder", "build_artifacts", "AVRO", "JSON", "PROTOBUF"]
+
+AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
+
+
+class Decoder(Protocol):
+    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, Any, list[tuple[int, str]]]:
+        """(batch of good rows, their positions in ``payloads``, [(position, reason)])."""
+
+
+@dataclass(frozen=True)
+class SchemaArtifacts:
+    schema_id: int | str
+    schema_type: str
+    schema_str: str
+    parsed: Any
+    iceberg_schema: Schema
+    arrow_schema: pa.Schema
+    decoder: Decoder
+    columnar: bool = False
+
+
+class _RecordsAdapter:
+    """Gives the per-record decoder the batch-level decoder signature."""
+
+    def __init__(self, inner: RecordDecoder) -> None:
+        self.inner = inner
+
+    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, np.ndarray, list]:
+        batch, ok, bad = self.inner.decode(payloads)
+        return batch, np.asarray(ok, dtype=np.int64), bad
+
+
+def build_artifacts(schema_id: int | str, schema_type: str | None, schema_str: str,
+                    named_schemas: dict[str, Any] | None = None,
+                    *, columnar: bool = True) -> SchemaArtifacts:
+    """Parse ``schema_str`` and derive the Iceberg/Arrow shapes and the decoder.
+
+    ``named_schemas``: Avro named types from schema references (already parsed).
+    ``columnar=False`` forces the per-record path (used by benchmarks/tests).
+    """
+    kind = (schema_type or AVRO).upper()
+    if kind == AVRO:
+        return _avro(schema_id, schema_str, named_schemas, columnar)
+    if kind == JSON:
+        return _json(schema_id, schema_str)
+    raise UnsupportedSchemaType("only AVRO and JSON schemas are decoded", schema_id=schema_id,
+                                schema_type=kind)
+
+
+def _avro(schema_id: int | str, schema_str: str, named: dict[str, Any] | None,
+          columnar: bool) -> SchemaArtifacts:
+    from evolution.arrow import iceberg_to_arrow
+    from evolution.avro import avro_to_iceberg, parse_avro
+    try:
+        raw = parse_avro(schema_str)
+        named_copy = dict(named or {})
+        parsed = fastavro.parse_schema(raw, named_schemas=named_copy)
+        expanded = raw if not named else _expand(raw, named)
+        iceberg = avro_to_iceberg(expanded)
+        arrow = iceberg_to_arrow(iceberg)
+    except UnsupportedSchemaType:
+        raise
+    except Exception as exc:  # invalid or unmappable schema: terminal for this id
+        raise UnsupportedSchemaType(f"{type(exc).__name__}: {exc}", schema_id=schema_id,
+                                    schema_type=AVRO) from None
+    records = RecordDecoder(parsed, expanded, arrow)
+    if columnar and columnar_supported(expanded):
+        canonical = schema_str if not named else json.dumps(expanded)
+        decoder: Decoder = ColumnarDecoder(canonical, arrow, records)
+        return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow, decoder, True)
+    return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow,
+                           _RecordsAdapter(records), False)
+
+
+def _expand(raw: Any, named: dict[str, Any]) -> Any:
+    """Inline referenced named types so the schema is self-contained."""
+    holder = {"type": "record", "name": "__icerouter_refs__", "fields": [
+        {"name": f"f{i}", "type": s} for i, s in enumerate(named.values())] +
+        [{"name": "__root__", "type": raw}]}
+    expanded = fastavro.schema.expand_schema(holder)
+    return expanded["fields"][-1]["type"]
+
+
+def _json(schema_id: int | str, schema_str: str) -> SchemaArtifacts:
+    from registry.json_records import JsonDecoder
+    try:
+        from evolution.arrow import iceberg_to_arrow
+        from evolution.jsonschema import jsonschema_to_iceberg
+        parsed = json.loads(schema_str)
+        iceberg = jsonschema_to_iceberg(parsed)
+        arrow = iceberg_to_arrow(iceberg)
+    except Exception as exc:
+        raise UnsupportedSchemaType(f"{type(exc).__name__}: {exc}", schema_id=schema_id,
+                                    schema_type=JSON) from None
+    return SchemaArtifacts(schema_id, JSON, schema_str, parsed, iceberg, arrow,
+                           JsonDecoder(arrow), False)

@@ -1,0 +1,217 @@
+"""Cached, retrying access to a Schema Registry (confluent-kafka's client inside).
+
+* Schemas by id / GUID never change: cached for the process lifetime, so a
+  running job keeps decoding known schemas while the registry is down.
+* ``latest(subject)`` is cached for ``latest_ttl_seconds`` (cachetools
+  TTLCache); when a refresh fails transiently the last known value is served.
+* Derived artifacts (parsed schema, Iceberg/Arrow shapes, decoder) are built
+  once per schema id.
+* Transient failures (connection refused, timeouts, 408/429/5xx) are retried
+  with full-jitter backoff, then raised as ``RegistryUnavailable``; 404 is
+  ``SchemaNotFound`` (terminal).
+
+``get_registry(config)`` returns one client per process and config, so Spark
+closures carry only the picklable ``RegistryConfig``.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from cachetools import TTLCache
+from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from registry.artifacts import SchemaArtifacts, build_artifacts
+from registry.config import RegistryConfig
+from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
+
+__all__ = ["CachedRegistry", "get_registry", "TRANSIENT_STATUS"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+TRANSIENT_EXCEPTIONS = (httpx.TransportError, ConnectionError, TimeoutError, OSError)
+LATEST_CACHE_SIZE = 10_000
+
+
+class CachedRegistry:
+    """Thread-safe registry access with id/GUID, latest and artifact caches."""
+
+    def __init__(self, config: RegistryConfig, *, client: SchemaRegistryClient | None = None,
+                 sleep: Callable[[float], None] = time.sleep, columnar: bool = True) -> None:
+        """``columnar=False`` forces per-record decoding (benchmarks, tests)."""
+        self.config = config
+        self.columnar = columnar
+        self._client = client or SchemaRegistryClient(config.to_client_conf())
+        self._sleep = sleep
+        self._lock = threading.RLock()
+        self._schemas: dict[int | str, Schema] = {}
+        self._artifacts: dict[int | str, SchemaArtifacts] = {}
+        self._key_locks: dict[Any, threading.Lock] = {}
+        self._latest: TTLCache = TTLCache(LATEST_CACHE_SIZE, config.latest_ttl_seconds or 1e-9)
+        self._last_known: dict[str, RegisteredSchema] = {}
+        self.stats = {"requests": 0, "retries": 0, "stale_served": 0}
+
+    def __repr__(self) -> str:
+        return f"CachedRegistry({self.config!r})"
+
+    @property
+    def client(self) -> SchemaRegistryClient:
+        """The wrapped confluent-kafka client (for registering, admin calls)."""
+        return self._client
+
+    # -- retries ------------------------------------------------------------
+    def _call(self, fn: Callable[[], T], *, schema_id: int | str | None = None,
+              subject: str | None = None) -> T:
+        attempts = self.config.retry_attempts
+        last: str = ""
+        status: int | None = None
+        for attempt in range(attempts):
+            self.stats["requests"] += 1
+            try:
+                return fn()
+            except SchemaRegistryError as exc:
+                status = exc.http_status_code
+                if status == 404:
+                    raise SchemaNotFound(schema_id=schema_id, subject=subject, status=404,
+                                         reason=exc.error_message or "not found") from None
+                if status not in TRANSIENT_STATUS:
+                    raise RegistryError(
+                        f"registry answered {status} for "
+                        f"{'schema ' + str(schema_id) if schema_id is not None else subject}: "
+                        f"{exc.error_message}", status=status, schema_id=schema_id,
+                        subject=subject) from None
+                last = f"HTTP {status}: {exc.error_message}"
+            except TRANSIENT_EXCEPTIONS as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                status = None
+            if attempt + 1 < attempts:
+                self.stats["retries"] += 1
+                cap = min(self.config.retry_backoff_max_seconds,
+                          self.config.retry_backoff_seconds * (2 ** attempt))
+                self._sleep(random.uniform(0, cap))
+        raise RegistryUnavailable(last, url=_safe_url(self.config.url), schema_id=schema_id,
+                                  subject=subject, attempts=attempts, status=status)
+
+    def _key_lock(self, key: Any) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    # -- schemas ------------------------------------------------------------
+    def schema(self, ref: int | str) -> Schema:
+        """Registered schema by id (int) or GUID (str); cached forever."""
+        cached = self._schemas.get(ref)
+        if cached is not None:
+            return cached
+        with self._key_lock(("schema", ref)):
+            cached = self._schemas.get(ref)
+            if cached is not None:
+                return cached
+            if isinstance(ref, str):
+                fetch = getattr(self._client, "get_schema_by_guid", None)
+                if fetch is None:
+                    raise RegistryError("this client cannot resolve schema GUIDs", schema_id=ref)
+                schema = self._call(lambda: fetch(ref), schema_id=ref)
+            else:
+                schema = self._call(lambda: self._client.get_schema(int(ref)), schema_id=ref)
+            self._schemas[ref] = schema
+            return schema
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        """Latest version of ``subject``, at most ``latest_ttl_seconds`` old.
+
+        If the registry is unreachable when the entry expired, the last known
+        version is served (and counted in ``stats['stale_served']``).
+        """
+        with self._lock:
+            hit = self._latest.get(subject)
+        if hit is not None:
+            return hit
+        with self._key_lock(("latest", subject)):
+            with self._lock:
+                hit = self._latest.get(subject)
+            if hit is not None:
+                return hit
+            try:
+                reg = self._call(lambda: self._client.get_version(subject, "latest"),
+                                 subject=subject)
+            except RegistryUnavailable:
+                stale = self._last_known.get(subject)
+                if stale is None:
+                    raise
+                self.stats["stale_served"] += 1
+                log.warning("registry unreachable, serving cached latest of %s", subject)
+                return stale
+            with self._lock:
+                self._latest[subject] = reg
+                self._last_known[subject] = reg
+            if reg.schema_id is not None:
+                self._schemas.setdefault(reg.schema_id, reg.schema)
+            return reg
+
+    def _named_references(self, schema: Schema, ref: int | str) -> dict[str, Any] | None:
+        refs = getattr(schema, "references", None) or []
+        if not refs:
+            return None
+        import fastavro
+        from evolution.avro import parse_avro
+        named: dict[str, Any] = {}
+        for r in refs:
+            reg = self._call(lambda r=r: self._client.get_version(r.subject, r.version),
+                             schema_id=ref, subject=r.subject)
+            inner = self._named_references(reg.schema, ref) or {}
+            named.update(inner)
+            fastavro.parse_schema(parse_avro(reg.schema.schema_str), named_schemas=named)
+        return named
+
+    def artifacts(self, ref: int | str) -> SchemaArtifacts:
+        """Parsed schema, Iceberg/Arrow shapes and decoder for ``ref``; built once."""
+        cached = self._artifacts.get(ref)
+        if cached is not None:
+            return cached
+        schema = self.schema(ref)
+        with self._key_lock(("artifacts", ref)):
+            cached = self._artifacts.get(ref)
+            if cached is not None:
+                return cached
+            named = self._named_references(schema, ref)
+            art = build_artifacts(ref, schema.schema_type, schema.schema_str, named,
+                                  columnar=self.columnar)
+            self._artifacts[ref] = art
+            return art
+
+    def clear(self) -> None:
+        """Drop every cache (tests, or after a registry hard-delete)."""
+        with self._lock:
+            self._schemas.clear()
+            self._artifacts.clear()
+            self._latest.clear()
+            self._last_known.clear()
+
+
+def _safe_url(url: str) -> str:
+    from registry.config import _mask_userinfo
+    return ",".join(_mask_userinfo(u.strip()) for u in url.split(","))
+
+
+_REGISTRIES: dict[RegistryConfig, CachedRegistry] = {}
+_REGISTRIES_LOCK = threading.Lock()
+
+
+def get_registry(config: RegistryConfig) -> CachedRegistry:
+    """The per-process CachedRegistry for ``config`` (built on first use)."""
+    reg = _REGISTRIES.get(config)
+    if reg is not None:
+        return reg
+    with _REGISTRIES_LOCK:
+        reg = _REGISTRIES.get(config)
+        if reg is None:
+            reg = CachedRegistry(config)
+            _REGISTRIES[config] = reg
+        return reg

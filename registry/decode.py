@@ -1,0 +1,179 @@
+"""Decode a batch of Kafka values (or keys) into Arrow record batches per schema.
+
+The result keeps every input row accounted for: each row is either in one
+``DecodedGroup`` (its position in ``indices``) or in ``failures`` with an
+error class the router maps to ignore / dead-letter / retry:
+
+    tombstone             null value
+    null_key              null key in avro key mode
+    wire_format           not framed as registry wire format
+    schema_not_found      registry answered 404 for the id / GUID
+    registry_unavailable  registry unreachable after retries (transient)
+    registry_error        other registry answer (401, 422...)
+    unsupported_schema    schema type or shape we cannot decode (e.g. PROTOBUF)
+    decode_error          payload does not decode with its writer schema
+    invalid_utf8          key mode "string" and bytes are not UTF-8
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from registry.artifacts import SchemaArtifacts
+from registry.client import CachedRegistry
+from registry.exceptions import (
+    RegistryError, RegistryUnavailable, SchemaNotFound, UnsupportedSchemaType,
+)
+from registry.wire import (
+    KEY_SCHEMA_ID_HEADER, TOMBSTONE, VALUE_SCHEMA_ID_HEADER, SchemaRef, as_binary_array,
+    payloads, split_frames,
+)
+
+__all__ = ["DecodedGroup", "DecodeFailure", "DecodeResult", "decode_values", "decode_keys",
+           "ERROR_CLASSES", "KEY_COLUMN"]
+
+ERROR_CLASSES = ("tombstone", "null_key", "wire_format", "schema_not_found",
+                 "registry_unavailable", "registry_error", "unsupported_schema",
+                 "decode_error", "invalid_utf8")
+KEY_COLUMN = "key"
+
+# registry exception -> failure class, most specific first
+_REGISTRY_ERROR_CLASSES: tuple[tuple[type[RegistryError], str], ...] = (
+    (SchemaNotFound, "schema_not_found"),
+    (RegistryUnavailable, "registry_unavailable"),
+    (UnsupportedSchemaType, "unsupported_schema"),
+    (RegistryError, "registry_error"),
+)
+
+
+@dataclass(frozen=True)
+class DecodedGroup:
+    """Rows of one writer schema, decoded; ``indices`` are input row positions."""
+
+    schema_id: SchemaRef | None
+    artifacts: SchemaArtifacts | None
+    batch: pa.RecordBatch
+    indices: np.ndarray
+
+
+@dataclass(frozen=True)
+class DecodeFailure:
+    index: int
+    schema_id: SchemaRef | None
+    error_class: str
+    reason: str
+    transient: bool = False
+
+
+@dataclass
+class DecodeResult:
+    groups: list[DecodedGroup] = field(default_factory=list)
+    failures: list[DecodeFailure] = field(default_factory=list)
+
+    @property
+    def decoded_rows(self) -> int:
+        return sum(g.batch.num_rows for g in self.groups)
+
+    def failure_indices(self) -> np.ndarray:
+        return np.asarray([f.index for f in self.failures], dtype=np.int64)
+
+
+def _registry_failure(exc: RegistryError) -> tuple[str, bool]:
+    for cls, name in _REGISTRY_ERROR_CLASSES:
+        if isinstance(exc, cls):
+            return name, bool(exc.transient)
+    return "registry_error", bool(exc.transient)  # pragma: no cover
+
+
+def _merge(groups: list[DecodedGroup]) -> list[DecodedGroup]:
+    """One group per schema reference (header- and prefix-framed rows may split one)."""
+    by_ref: dict[Any, list[DecodedGroup]] = {}
+    for g in groups:
+        by_ref.setdefault(g.schema_id, []).append(g)
+    out = []
+    for ref, parts in by_ref.items():
+        parts = [p for p in parts if p.batch.num_rows] or parts[:1]
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        table = pa.Table.from_batches([p.batch for p in parts]).combine_chunks()
+        batch = table.to_batches()[0] if table.num_rows else parts[0].batch
+        out.append(DecodedGroup(ref, parts[0].artifacts, batch,
+                                np.concatenate([p.indices for p in parts])))
+    return out
+
+
+def decode_values(registry: CachedRegistry, values: Any, *,
+                  headers: Sequence[Any] | None = None,
+                  header_key: str = VALUE_SCHEMA_ID_HEADER) -> DecodeResult:
+    """Decode framed values (BinaryArray or list of bytes/None) into per-schema batches."""
+    arr = as_binary_array(values)
+    framed = split_frames(arr, headers, header_key)
+    result = DecodeResult()
+    for f in framed.failures:
+        result.failures.append(DecodeFailure(f.index, None, f.error_class, f.reason, False))
+    groups: list[DecodedGroup] = []
+    for group in framed.groups:
+        try:
+            art = registry.artifacts(group.ref)
+        except RegistryError as exc:
+            cls, transient = _registry_failure(exc)
+            result.failures.extend(DecodeFailure(int(i), group.ref, cls, str(exc), transient)
+                                   for i in group.indices)
+            continue
+        body = payloads(arr, group.indices, group.skip)
+        batch, positions, bad = art.decoder.decode(body)
+        groups.append(DecodedGroup(group.ref, art, batch, group.indices[positions]))
+        result.failures.extend(DecodeFailure(int(group.indices[pos]), group.ref, "decode_error",
+                                             reason, False) for pos, reason in bad)
+    result.groups = _merge(groups)
+    result.failures.sort(key=lambda f: f.index)
+    return result
+
+
+def decode_keys(registry: CachedRegistry | None, keys: Any,
+                mode: Literal["avro", "string", "bytes"] = "bytes", *,
+                headers: Sequence[Any] | None = None) -> DecodeResult:
+    """Decode message keys: registry Avro/JSON, UTF-8 strings, or raw bytes.
+
+    In ``string`` / ``bytes`` mode the result has one group (schema_id None) with
+    a single ``key`` column; null keys stay null there. In ``avro`` mode null
+    keys are ``null_key`` failures and the rest decode like values.
+    """
+    arr = as_binary_array(keys)
+    if mode == "avro":
+        if registry is None:
+            raise ValueError("avro key mode needs a registry")
+        res = decode_values(registry, arr, headers=headers, header_key=KEY_SCHEMA_ID_HEADER)
+        res.failures = [DecodeFailure(f.index, f.schema_id, "null_key", "null key", False)
+                        if f.error_class == TOMBSTONE else f for f in res.failures]
+        return res
+    indices = np.arange(len(arr), dtype=np.int64)
+    if mode == "bytes":
+        col = arr.cast(pa.large_binary())
+        return DecodeResult([DecodedGroup(None, None, pa.record_batch([col], names=[KEY_COLUMN]),
+                                          indices)])
+    if mode != "string":
+        raise ValueError(f"unknown key mode {mode!r}; use 'avro', 'string' or 'bytes'")
+    try:
+        arr.cast(pa.large_string())
+        ok_mask = np.ones(len(arr), dtype=bool)
+    except pa.ArrowInvalid:
+        ok_mask = np.array([v is None or _is_utf8(v) for v in arr.to_pylist()], dtype=bool)
+    good = indices[ok_mask]
+    col = arr.take(pa.array(good)).cast(pa.large_string())
+    failures = [DecodeFailure(int(i), None, "invalid_utf8", "key is not valid UTF-8", False)
+                for i in indices[~ok_mask]]
+    return DecodeResult([DecodedGroup(None, None, pa.record_batch([col], names=[KEY_COLUMN]),
+                                      good)], failures)
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

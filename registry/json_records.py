@@ -1,0 +1,158 @@
+"""JSON Schema framed payloads -> Arrow.
+
+Payloads are parsed with orjson when installed (else json) and converted to
+the target Arrow shape by a converter compiled per schema: ISO strings become
+dates/times/timestamps, numbers and strings become Decimals, objects become
+structs. A payload that does not parse, misses a required field or has a
+value of the wrong type becomes a failure entry; the rest still decode.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    import orjson as _json
+
+    def _loads(b: bytes) -> Any:
+        return _json.loads(b)
+except ImportError:  # pragma: no cover - orjson is optional
+    import json as _json
+
+    def _loads(b: bytes) -> Any:
+        return _json.loads(b)
+
+__all__ = ["JsonDecoder", "compile_json_converter"]
+
+Conv = Callable[[Any], Any]
+
+
+def _timestamp(tz: bool) -> Conv:
+    def conv(v: Any) -> Any:
+        if isinstance(v, str):
+            d = dt.datetime.fromisoformat(v)
+            if tz:
+                return d.astimezone(dt.timezone.utc) if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)
+            return d.replace(tzinfo=None) if d.tzinfo else d
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+        raise TypeError(f"expected an ISO timestamp, got {v!r}")
+    return conv
+
+
+def _date(v: Any) -> Any:
+    if isinstance(v, str):
+        return dt.date.fromisoformat(v)
+    raise TypeError(f"expected an ISO date, got {v!r}")
+
+
+def _time(v: Any) -> Any:
+    if isinstance(v, str):
+        return dt.time.fromisoformat(v)
+    raise TypeError(f"expected an ISO time, got {v!r}")
+
+
+def _decimal(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"expected a decimal, got {v!r}")
+    return decimal.Decimal(str(v))
+
+
+def _check(kind: type | tuple, label: str) -> Conv:
+    def conv(v: Any) -> Any:
+        if isinstance(v, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise TypeError(f"expected {label}, got {v!r}")
+        if not isinstance(v, kind):
+            raise TypeError(f"expected {label}, got {v!r}")
+        return v
+    return conv
+
+
+def _nullable(field: pa.Field, conv: Conv) -> Conv:
+    name = field.name
+
+    def wrapped(v: Any) -> Any:
+        if v is None:
+            if not field.nullable:
+                raise ValueError(f"required field {name!r} is missing or null")
+            return None
+        return conv(v)
+    return wrapped
+
+
+def compile_json_converter(t: pa.DataType) -> Conv:
+    """Converter from parsed JSON to values ``pa.array`` accepts for ``t``."""
+    if pa.types.is_struct(t):
+        fields = [(t.field(i).name, _nullable(t.field(i), compile_json_converter(t.field(i).type)))
+                  for i in range(t.num_fields)]
+
+        def struct(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise TypeError(f"expected an object, got {v!r}")
+            return {name: conv(v.get(name)) for name, conv in fields}
+        return struct
+    if pa.types.is_map(t):
+        val = compile_json_converter(t.item_type)
+        return lambda v: [(k, None if x is None else val(x)) for k, x in _check(dict, "an object")(v).items()]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        item = compile_json_converter(t.value_type)
+        return lambda v: [None if x is None else item(x) for x in _check(list, "an array")(v)]
+    if pa.types.is_timestamp(t):
+        return _timestamp(t.tz is not None)
+    if pa.types.is_date(t):
+        return _date
+    if pa.types.is_time(t):
+        return _time
+    if pa.types.is_decimal(t):
+        return _decimal
+    if pa.types.is_boolean(t):
+        return _check(bool, "a boolean")
+    if pa.types.is_integer(t):
+        return _check(int, "an integer")
+    if pa.types.is_floating(t):
+        return lambda v: float(_check((int, float), "a number")(v))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _check(str, "a string")
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return lambda v: v.encode() if isinstance(v, str) else v
+    return lambda v: v
+
+
+class JsonDecoder:
+    """Parses and converts JSON payloads; bad rows become failures."""
+
+    def __init__(self, arrow_schema: pa.Schema) -> None:
+        self.arrow_schema = arrow_schema
+        self.struct_type = pa.struct(list(arrow_schema))
+        self.convert = compile_json_converter(self.struct_type)
+
+    def _batch(self, rows: list[dict]) -> pa.RecordBatch:
+        arr = pa.array(rows, type=self.struct_type)
+        return pa.RecordBatch.from_struct_array(arr).cast(self.arrow_schema)
+
+    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, np.ndarray, list[tuple[int, str]]]:
+        rows, ok, bad = [], [], []
+        for pos, payload in enumerate(payloads.to_pylist()):
+            try:
+                rows.append(self.convert(_loads(payload)))
+                ok.append(pos)
+            except Exception as exc:  # parse or validation failure of one payload
+                bad.append((pos, f"{type(exc).__name__}: {exc}"[:500]))
+        try:
+            return self._batch(rows), np.asarray(ok, dtype=np.int64), bad
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            pass
+        keep, keep_ok = [], []
+        for pos, row in zip(ok, rows):
+            try:
+                self._batch([row])
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+                bad.append((pos, f"arrow conversion: {exc}"[:500]))
+                continue
+            keep.append(row)
+            keep_ok.append(pos)
+        return self._batch(keep), np.asarray(keep_ok, dtype=np.int64), sorted(bad)
