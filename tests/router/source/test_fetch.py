@@ -1,0 +1,124 @@
+"""Reading offset ranges from a real broker, without Spark."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from router.source.exceptions import ReadStalledError
+from router.source.fetch import read_ranges
+from router.source.metadata import BrokerMetadata
+from router.source.offsets import Range
+from router.source.options import KafkaSourceOptions
+from router.source.schema import kafka_arrow_schema
+
+from .kafka_helpers import BASE_TS_MS, create_topics, expected_record, produce
+
+pytestmark = pytest.mark.slow
+
+
+def _opts(bootstrap, config, topics, **kw):
+    return KafkaSourceOptions(bootstrap, topics=tuple(topics), client_config=config, **kw)
+
+
+def _rows(options, ranges):
+    batches = list(read_ranges(options.to_json(), ranges))
+    for b in batches:
+        assert b.schema.equals(kafka_arrow_schema())
+    return [row for b in batches for row in b.to_pylist()]
+
+
+def test_reads_exact_ranges_with_every_field(kafka_bootstrap, kafka_client_config, uid):
+    topics = [f"fetch-{uid}-a", f"fetch-{uid}-b"]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 2)
+    produce(kafka_bootstrap, kafka_client_config, topics, 2, 40)
+    opts = _opts(kafka_bootstrap, kafka_client_config, topics)
+    meta = BrokerMetadata(opts)
+    assert meta.partitions() == [(t, p) for t in topics for p in range(2)]
+    assert set(meta.latest().values()) == {40}
+
+    ranges = [Range(topics[0], 0, 5, 17), Range(topics[0], 1, 0, 40), Range(topics[1], 1, 39, 40)]
+    rows = _rows(opts, ranges)
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+    want = sorted((r.topic, r.partition, o) for r in ranges for o in range(r.from_offset, r.until))
+    assert got == want
+    for row in rows:
+        seq = int(row["key"].decode().rsplit(":", 1)[1])
+        rec = expected_record(row["topic"], row["partition"], seq)
+        assert row["value"] == rec["value"]
+        assert int(row["timestamp"].timestamp() * 1000) == rec["timestamp_ms"]
+        assert row["timestampType"] == 0  # CreateTime, as Spark reports it
+        assert row["headers"] == ([{"key": k, "value": v} for k, v in rec["headers"]] if rec["headers"] else None)
+
+    # the cached consumer is reused for the next task of the same worker
+    again = _rows(opts, [Range(topics[1], 0, 0, 3)])
+    assert [r["offset"] for r in again] == [0, 1, 2]
+
+
+def test_transaction_markers_and_aborted_records_end_the_range(kafka_bootstrap, kafka_client_config, uid):
+    topic = f"fetch-{uid}-tx"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uid}", **kafka_client_config})
+    producer.init_transactions(30)
+    for value, commit in ((b"c1", True), (b"a1", False), (b"c2", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value=value, partition=0)
+        producer.flush(30)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    opts = _opts(kafka_bootstrap, kafka_client_config, [topic], poll_timeout=0.5, max_idle_polls=4)
+    end = BrokerMetadata(opts).latest()[f"{topic}/0"]
+    assert end == 6  # 3 records + 3 control markers
+    started = time.monotonic()
+    rows = _rows(opts, [Range(topic, 0, 0, end)])
+    assert [r["value"] for r in rows] == [b"c1", b"c2"]
+    assert time.monotonic() - started < 2.0  # ended by end-of-partition, not by idle polls
+
+
+def test_deleted_offsets_start_from_earliest_and_are_logged(kafka_bootstrap, kafka_client_config, uid, caplog):
+    topic = f"fetch-{uid}-retention"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 1)
+    produce(kafka_bootstrap, kafka_client_config, [topic], 1, 20)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap, **kafka_client_config})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 12)]).values():
+        fut.result(timeout=30)
+    opts = _opts(kafka_bootstrap, kafka_client_config, [topic])
+    with caplog.at_level(logging.WARNING, logger="router.source.fetch"):
+        rows = _rows(opts, [Range(topic, 0, 3, 20)])
+    assert [r["offset"] for r in rows] == list(range(12, 20))
+    assert any("no longer available" in m and "[3, 12)" in m for m in caplog.messages)
+
+
+def test_range_past_the_end_stops_at_end_of_partition(kafka_bootstrap, kafka_client_config, uid):
+    topic = f"fetch-{uid}-short"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 1)
+    produce(kafka_bootstrap, kafka_client_config, [topic], 1, 5)
+    rows = _rows(_opts(kafka_bootstrap, kafka_client_config, [topic]), [Range(topic, 0, 0, 500)])
+    assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
+
+
+def test_unreachable_broker_fails_with_a_bounded_clear_error():
+    with socket_closed_port() as port:
+        opts = KafkaSourceOptions(f"127.0.0.1:{port}", topics=("x",), poll_timeout=0.2, max_idle_polls=3)
+        started = time.monotonic()
+        with pytest.raises(ReadStalledError) as info:
+            list(read_ranges(opts.to_json(), [Range("x", 0, 0, 10)]))
+    assert info.value.topic == "x" and info.value.partition == 0 and info.value.transient
+    assert time.monotonic() - started < 10
+
+
+class socket_closed_port:
+    """A port nothing listens on."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def __exit__(self, *exc) -> None:
+        return None
