@@ -108,6 +108,8 @@ class _Converter:
                 typ = "object"
             else:
                 raise UnsupportedSchemaError(f"schema without a type: {node!r}", path=path)
+        if typ == "null":
+            raise UnsupportedSchemaError("type of only null has no column type", path=path)
         if isinstance(typ, list):
             branches = [t for t in typ if t != "null"]
             nullable = len(branches) != len(typ)
