@@ -47,7 +47,7 @@ def read_iceberg(table, order_by: str | None = None) -> pa.Table:
         sql = f"SELECT * FROM iceberg_scan('{_metadata_location(table)}')"
         if order_by:
             sql += f" ORDER BY {order_by}"
-        return con.execute(sql).fetch_arrow_table()
+        return con.execute(sql).to_arrow_table()
     finally:
         con.close()
 
