@@ -164,6 +164,14 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address) -> None:
+        """Failed TLS handshakes and dropped clients are the client's problem: log quietly."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ssl.SSLError, ConnectionError, TimeoutError)):
+            log.debug("connection from %s dropped: %s", client_address, exc)
+        else:
+            super().handle_error(request, client_address)
+
 
 class RegistryServer:
     """The registry on ``host:port`` (0 picks a free port) in a background thread."""

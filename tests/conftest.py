@@ -1,0 +1,224 @@
+"""Session fixtures for real services: Kafka, Schema Registry, Iceberg catalogs.
+
+Each service is looked up in this order, once per session and only when a
+test asks for it:
+
+1. an external service from the environment
+   (``ICEROUTER_TEST_BOOTSTRAP``, ``ICEROUTER_TEST_REGISTRY_URL``,
+   ``ICEROUTER_TEST_POSTGRES_URI``);
+2. testcontainers (Apache Kafka / Confluent Schema Registry images) when a
+   Docker engine answers within a few seconds;
+3. the local dev stack (router.devstack): the noida-db broker, the registry
+   emulator, a private PostgreSQL started from the Debian binaries.
+
+Set ``ICEROUTER_TEST_REQUIRE_POSTGRES=1`` (CI does) to fail instead of skip
+when PostgreSQL cannot be started.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
+REGISTRY_IMAGE = "confluentinc/cp-schema-registry:7.6.0"
+POSTGRES_IMAGE = "postgres:15-alpine"
+
+
+def _docker_available() -> bool:
+    """True if a Docker engine answers quickly (never hangs the session)."""
+    if os.environ.get("ICEROUTER_TEST_NO_DOCKER") == "1":
+        return False
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host and not os.path.exists("/var/run/docker.sock"):
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - any failure means "no usable engine"
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_available() -> bool:
+    return _docker_available()
+
+
+@pytest.fixture(scope="session")
+def _docker_network(docker_available):
+    if not docker_available:
+        yield None
+        return
+    from testcontainers.core.network import Network
+
+    with Network() as network:
+        yield network
+
+
+@pytest.fixture(scope="session")
+def _kafka_container(docker_available, _docker_network):
+    if os.environ.get("ICEROUTER_TEST_BOOTSTRAP") or not docker_available:
+        yield None
+        return
+    from testcontainers.community.kafka import KafkaContainer
+
+    container = KafkaContainer(KAFKA_IMAGE).with_network(_docker_network).with_network_aliases("kafka")
+    with container:
+        yield container
+
+
+@pytest.fixture(scope="session")
+def _local_broker(tmp_path_factory):
+    from router.devstack.broker import LocalBroker
+
+    broker = LocalBroker(str(tmp_path_factory.mktemp("broker")))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request) -> str:
+    """bootstrap.servers of a real Kafka-compatible broker."""
+    external = os.environ.get("ICEROUTER_TEST_BOOTSTRAP")
+    if external:
+        return external
+    container = request.getfixturevalue("_kafka_container")
+    if container is not None:
+        return container.get_bootstrap_server()
+    return request.getfixturevalue("_local_broker").bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_client_config(kafka_bootstrap) -> dict:
+    """librdkafka config for the test broker: bootstrap plus the settings it needs."""
+    from router.devstack.broker import client_config
+
+    return client_config(kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def registry_url(request, tmp_path_factory) -> str:
+    """URL of a Confluent-compatible Schema Registry."""
+    external = os.environ.get("ICEROUTER_TEST_REGISTRY_URL")
+    if external:
+        return external.rstrip("/")
+    if not os.environ.get("ICEROUTER_TEST_BOOTSTRAP") and request.getfixturevalue("docker_available"):
+        return request.getfixturevalue("_registry_container")
+    return request.getfixturevalue("_local_registry").url
+
+
+@pytest.fixture(scope="session")
+def _registry_container(_kafka_container, _docker_network):
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    container = (
+        DockerContainer(REGISTRY_IMAGE)
+        .with_network(_docker_network)
+        .with_env("SCHEMA_REGISTRY_HOST_NAME", "schema-registry")
+        .with_env("SCHEMA_REGISTRY_LISTENERS", "http://0.0.0.0:8081")
+        .with_env("SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS", "PLAINTEXT://kafka:9092")
+        .with_exposed_ports(8081)
+    )
+    with container:
+        wait_for_logs(container, "Server started, listening for requests", timeout=120)
+        yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(8081)}"
+
+
+@pytest.fixture(scope="session")
+def _local_registry(tmp_path_factory):
+    from router.devstack.registry_server import RegistryServer
+
+    server = RegistryServer(port=0, data_file=str(tmp_path_factory.mktemp("registry") / "registry.json"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_catalog(tmp_path_factory):
+    """pyiceberg SqlCatalog on SQLite with a local warehouse (one per session)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from router.devstack.catalog import sqlite_catalog_properties
+
+    return SqlCatalog("test_sqlite", **sqlite_catalog_properties(str(tmp_path_factory.mktemp("sqlite_catalog"))))
+
+
+def _postgres_unavailable(reason: str):
+    if os.environ.get("ICEROUTER_TEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"PostgreSQL required (ICEROUTER_TEST_REQUIRE_POSTGRES=1) but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_uri(request, tmp_path_factory) -> str:
+    """SQLAlchemy URI of a PostgreSQL database for the Iceberg catalog."""
+    external = os.environ.get("ICEROUTER_TEST_POSTGRES_URI")
+    if external:
+        return external
+    from router.devstack.catalog import find_postgres_bindir
+    from router.devstack.exceptions import ServiceMissingError
+
+    try:
+        find_postgres_bindir()
+    except ServiceMissingError as exc:
+        if request.getfixturevalue("docker_available"):
+            return request.getfixturevalue("_postgres_container")
+        _postgres_unavailable(f"no PostgreSQL server: {exc.detail}")
+    return request.getfixturevalue("_local_postgres").uri
+
+
+@pytest.fixture(scope="session")
+def _local_postgres(tmp_path_factory):
+    from router.devstack.catalog import LocalPostgres
+
+    server = LocalPostgres(str(tmp_path_factory.mktemp("postgres")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def _postgres_container():
+    from testcontainers.postgres import PostgresContainer
+
+    with PostgresContainer(POSTGRES_IMAGE, driver="psycopg2") as container:
+        yield container.get_connection_url()
+
+
+@pytest.fixture(scope="session")
+def postgres_catalog(postgres_uri, tmp_path_factory):
+    """pyiceberg SqlCatalog on PostgreSQL with a local warehouse (one per session)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from router.devstack.catalog import postgres_catalog_properties
+
+    warehouse = str(tmp_path_factory.mktemp("postgres_warehouse"))
+    return SqlCatalog("test_postgres", **postgres_catalog_properties(postgres_uri, warehouse))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog(request):
+    """Each test runs once per catalog backend; use a unique namespace (``unique_name``)."""
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
+@pytest.fixture
+def unique_name():
+    """``unique_name("orders") -> "orders_1a2b3c4d5e"``: safe for namespaces, tables, topics, subjects."""
+
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+    return make
