@@ -194,7 +194,8 @@ def test_plan_and_check_commands(client, registry_url, sqlite, unique_name) -> N
     assert not failed
     result = json.loads(output)["results"][0]
     assert result["compatibility"] == "compatible"
-    assert result["tables"][0]["plan"]["changes"] == [] and result["tables"][0]["plan"]["status"] == "unchanged"
+    assert result["tables"][0]["plan"]["status"] == "evolve"  # plan/check never touched the table
+    assert [c["path"] for c in result["tables"][0]["plan"]["changes"]] == [["note"]]
     output, failed = check_command(config, str(schemas), fmt="junit")
     cases = ET.fromstring(output).find("testsuite").findall("testcase")
     assert not failed and cases[0].find("failure") is None
