@@ -27,6 +27,19 @@ from router.writer import (
 log = logging.getLogger("icerouter.partition")
 
 
+SCHEMA_ID_HEADER = "__value_schema_id"
+
+
+def schema_id_headers(headers) -> list | None:
+    """Headers as Python lists, only when some record carries its schema id in a header (rare)."""
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    keys = pc.struct_field(headers.flatten(), "key") if len(headers.flatten()) else None
+    if keys is None or not pc.any(pc.equal(keys, SCHEMA_ID_HEADER)).as_py():
+        return None
+    return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
+
+
 class PartitionWriter:
     def __init__(self, ctx: DispatchContext):
         from registry.client import get_registry
@@ -53,6 +66,8 @@ class PartitionWriter:
         if self.ctx.redirect and error_class != "quarantined":
             return
         rows = rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
+        if where.get("schema_id") is not None and not isinstance(where["schema_id"], int):
+            where["schema_id"] = None  # GUID references have no numeric id
         if rows:
             self.letters.append(DeadLetter(rows, error_class, reason, **where))
 
@@ -72,7 +87,7 @@ class PartitionWriter:
                 self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
         from registry.decode import decode_values
 
-        result = decode_values(self.registry, values, headers=chunk.column("headers").combine_chunks())
+        result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
         transient = [f for f in result.failures if f.transient]
         if transient:
             from registry.exceptions import RegistryUnavailable
@@ -130,7 +145,7 @@ class PartitionWriter:
             except RouteError as exc:
                 self.dead_letter(rows, type(exc).__name__, exc.message, route=route.name, schema_id=group.schema_id)
                 return
-            self.add_pending(table_id, route, group, batch, rows)
+            self.add_pending(table_id, topic, route, group, batch, rows)
             return
         # Table name depends on data: render per distinct value combination.
         keys = [header_cols[p[7:]] if p.startswith("header.") else field_cols[p[6:]] for p in dynamic]
@@ -149,9 +164,11 @@ class PartitionWriter:
                 self.dead_letter(pc.take(rows, idx), type(exc).__name__, exc.message, route=route.name,
                                  schema_id=group.schema_id)
                 continue
-            self.add_pending(table_id, route, group, batch.take(idx), pc.take(rows, idx))
+            self.add_pending(table_id, topic, route, group, batch.take(idx), pc.take(rows, idx))
 
-    def add_pending(self, table_id, route, group, batch, rows) -> None:
+    def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
+        if batch.num_rows == 0:
+            return
         if self.ctx.redirect and table_id not in self.ctx.redirect:
             return
         if table_id in self.ctx.quarantined or table_id in self.ctx.redirect:
@@ -163,7 +180,7 @@ class PartitionWriter:
             keep = [c for c in route.columns if c in batch.schema.names]
             batch = batch.select(keep)
             schema = schema.select(*keep)
-        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, 0))
+        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -173,8 +190,7 @@ class PartitionWriter:
 
         ctx = self.ctx
         route = items[0].route
-        topic = self.source.column("topic")[items[0].rows[0].as_py()].as_py()
-        policy = ctx.policies.resolve(topic, route.evolution)
+        policy = ctx.policies.resolve(items[0].topic, route.evolution)
         incoming = {}
         for item in items:
             incoming.setdefault(item.schema_id, item.iceberg_schema)

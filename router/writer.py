@@ -98,8 +98,8 @@ class Pending:
     schema_id: int
     iceberg_schema: Any
     batch: pa.RecordBatch | pa.Table
-    rows: pa.Array  # positions in the topic slice
-    slice_id: int
+    rows: pa.Array  # positions in the sorted partition table
+    topic: str
 
 
 def header_values(headers: pa.Array, name: str) -> list[str | None]:
