@@ -160,3 +160,16 @@ def test_new_table_refused_and_existing_table_loaded(evo_catalog) -> None:
     assert second.metadata.table_uuid == first.metadata.table_uuid
     with pytest.raises(ApplyError):
         apply_plan(first, plan)
+
+
+def test_case_insensitive_apply(evo_catalog) -> None:
+    catalog, ns = evo_catalog
+    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(
+        None, [mapped(rec(("Id", "int"), ("Addr", rec(("City", "string"), name="Addr"))))]))
+    incoming = rec(("id", "long"), ("addr", rec(("city", "string"), ("zip", opt("string")), name="Addr")))
+    plan = plan_evolution(table.schema(), [mapped(incoming)], case_sensitive=False)
+    apply_plan(table, plan, case_sensitive=False)
+    schema = catalog.load_table(f"{ns}.t").schema()
+    assert schema.as_struct() == plan.target.as_struct()
+    assert str(schema.find_field("Id").field_type) == "long"
+    assert schema.find_field("Addr.zip").field_id == plan.target.find_field("Addr.zip").field_id

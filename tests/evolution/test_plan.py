@@ -287,3 +287,17 @@ def test_can_promote_table() -> None:
 def test_plan_needs_schema_for_new_table() -> None:
     with pytest.raises(ValueError):
         plan_evolution(None, [])
+
+
+def test_plan_pickles_and_compares() -> None:
+    import pickle
+    plan = plan_evolution(avro_to_iceberg(rec(("id", "int"))), [mapped(rec(("id", "string"), ("x", opt("int"))))])
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan and again.blocked and again.changes[0].type == plan.changes[0].type
+
+
+def test_case_insensitive_paths_use_table_casing() -> None:
+    current = avro_to_iceberg(rec(("Id", "int"), ("Addr", ADDR)))
+    plan = plan_evolution(current, [mapped(rec(("id", "long"), ("addr", ADDR_ZIP)))], case_sensitive=False)
+    assert [c.describe() for c in plan.changes] == ["~ Id: int -> long", "+ Addr.zip: optional string"]
+    assert [f.name for f in plan.target.fields] == ["Id", "Addr"]
