@@ -25,8 +25,11 @@ AVRO, JSON, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 
 
 class Decoder(Protocol):
-    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, Any, list[tuple[int, str]]]:
-        """(batch of good rows, their positions in ``payloads``, [(position, reason)])."""
+    def decode(self, framed: pa.Array, skip: int) -> tuple[pa.RecordBatch, Any,
+                                                           list[tuple[int, str]]]:
+        """(good rows as a batch, their positions in ``framed``, [(position, reason)]).
+
+        Each value of ``framed`` starts with a ``skip``-byte wire prefix."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,8 @@ class _RecordsAdapter:
     def __init__(self, inner: RecordDecoder) -> None:
         self.inner = inner
 
-    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, np.ndarray, list]:
-        batch, ok, bad = self.inner.decode(payloads)
+    def decode(self, framed: pa.Array, skip: int) -> tuple[pa.RecordBatch, np.ndarray, list]:
+        batch, ok, bad = self.inner.decode(framed, skip)
         return batch, np.asarray(ok, dtype=np.int64), bad
 
 
@@ -87,8 +90,7 @@ def _avro(schema_id: int | str, schema_str: str, named: dict[str, Any] | None,
                                     schema_type=AVRO) from None
     records = RecordDecoder(parsed, expanded, arrow)
     if columnar and columnar_supported(expanded):
-        canonical = schema_str if not named else json.dumps(expanded)
-        decoder: Decoder = ColumnarDecoder(canonical, arrow, records)
+        decoder: Decoder = ColumnarDecoder(expanded, arrow, records)
         return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow, decoder, True)
     return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow,
                            _RecordsAdapter(records), False)

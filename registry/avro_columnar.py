@@ -1,18 +1,26 @@
-"""Columnar Avro decoding: payloads -> in-memory Avro container -> polars -> Arrow.
+"""Columnar Avro decoding: framed values -> in-memory Avro container -> polars -> Arrow.
 
-Each payload becomes its own one-record block of an object container file
-(count 1, byte size, bytes, sync marker), built with numpy. Giving every
-record its own block bounds the reader to exactly that record's bytes, so a
-corrupt or truncated payload can never shift the records after it (a single
-many-record block does: measured, polars then returns garbage silently). A bad
-record fails the read of its chunk; the chunk is bisected down to small
-ranges that are decoded per record with fastavro, which isolates exactly the
-bad records and decodes the rest. Trailing bytes after a complete record are
-ignored, exactly as confluent-kafka's deserializer does.
+The payloads of a chunk become ONE block of an object container file (one
+block per record was measured 26x slower in polars). A corrupt or truncated
+payload inside a block shifts every later record and polars does not always
+notice (measured: it can return garbage silently). So every record carries a
+check value: the container's schema is the writer schema with a leading
+``long`` field, and record i is varint(SALT + i) + payload (Avro encodes a
+record as the plain concatenation of its fields). SALT is chosen so the
+varint is exactly 5 bytes: for magic-0 framing the 5-byte wire prefix is
+overwritten in place, so building the block is one memory copy.
 
-polars panics (``pyo3_runtime.PanicException``, a BaseException) on some
-truncations and does not implement maps or multi-branch unions: those schemas
-never take this path (see ``columnar_supported``).
+After reading, the check column must equal SALT + i. The first row r that does
+not match starts at a wrong offset, so record r-1 consumed the wrong number of
+bytes: rows before it are accepted, record r-1 is decoded alone with fastavro
+(decoded or reported as a failure) and the columnar read resumes at r. When
+polars raises instead (errors, or ``pyo3_runtime.PanicException``, a
+BaseException) the chunk is bisected down to small ranges decoded per record.
+A last record that stops short of its payload's end decodes exactly as
+fastavro (and confluent-kafka's deserializer) would: trailing bytes ignored.
+
+polars does not implement maps or multi-branch unions: those schemas never
+take this path (see ``columnar_supported``).
 """
 from __future__ import annotations
 
@@ -27,11 +35,15 @@ import pyarrow as pa
 from registry.avro_records import RecordDecoder, to_batch
 from registry.wire import buffers
 
-__all__ = ["SYNC", "columnar_supported", "container_header", "container_blocks",
-           "ColumnarDecoder"]
+__all__ = ["SYNC", "SALT", "CHECK_FIELD", "columnar_supported", "container_header",
+           "container_block", "with_check_field", "ColumnarDecoder"]
 
 SYNC = bytes(range(0xA0, 0xB0))
 SMALL_RANGE = 16
+CHECK_FIELD = "__icerouter_check"
+SALT = (1 << 32) + 0x5A3C_96E1          # zigzag(SALT + i) takes exactly 5 varint bytes
+CHECK_BYTES = 5
+MAX_CHUNK = (1 << 34) - SALT - 1
 _NOT_DATA_ERRORS = (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)
 
 
@@ -56,33 +68,45 @@ def container_header(schema_json: str) -> bytes:
     return bytes(out)
 
 
-def container_blocks(payloads: pa.Array) -> np.ndarray:
-    """One block per payload: 0x02, zigzag varint(size), payload, sync; vectorised."""
-    offsets, data, _ = buffers(payloads)
-    lengths = offsets[1:] - offsets[:-1]
-    zz = lengths << 1
-    vlen = np.ones(len(lengths), dtype=np.int64)
-    for k in range(1, 10):
-        vlen += zz >= (1 << (7 * k))
-    rec = 1 + vlen + lengths + len(SYNC)
-    dst = np.zeros(len(rec) + 1, dtype=np.int64)
-    np.cumsum(rec, out=dst[1:])
-    out = np.empty(int(dst[-1]), dtype=np.uint8)
-    starts = dst[:-1]
-    out[starts] = 2
-    for k in range(int(vlen.max(initial=1))):
-        m = vlen > k
-        byte = (zz[m] >> (7 * k)) & 0x7F
-        byte |= np.where(vlen[m] > k + 1, 0x80, 0)
-        out[starts[m] + 1 + k] = byte
-    body_dst = starts + 1 + vlen
-    total = int(lengths.sum())
-    if total:
-        cstart = np.cumsum(lengths) - lengths
-        k = np.arange(total, dtype=np.int64)
-        out[k + np.repeat(body_dst - cstart, lengths)] = data[k + np.repeat(offsets[:-1] - cstart, lengths)]
-    sync = np.frombuffer(SYNC, dtype=np.uint8)
-    out[(dst[1:] - len(SYNC))[:, None] + np.arange(len(SYNC))] = sync
+def check_bytes(n: int) -> np.ndarray:
+    """(n, CHECK_BYTES) uint8: the varint encodings of SALT + i."""
+    zz = (SALT + np.arange(n, dtype=np.int64)) << 1
+    out = np.empty((n, CHECK_BYTES), dtype=np.uint8)
+    for b in range(CHECK_BYTES):
+        byte = (zz >> (7 * b)) & 0x7F
+        out[:, b] = byte | 0x80 if b + 1 < CHECK_BYTES else byte
+    return out
+
+
+def container_block(framed: pa.Array, skip: int) -> np.ndarray:
+    """One block: count, size, then varint(SALT + i) + payload_i; vectorised.
+
+    ``framed`` values carry a ``skip``-byte wire prefix in front of the payload.
+    """
+    offsets, data, _ = buffers(framed)
+    n = len(framed)
+    base = int(offsets[0])
+    starts = offsets[:-1] - base
+    checks = check_bytes(n)
+    if skip == CHECK_BYTES:
+        body = data[base: int(offsets[-1])].copy()
+        body[starts[:, None] + np.arange(CHECK_BYTES)] = checks
+    else:
+        region = data[base: int(offsets[-1])]
+        if skip:
+            keep = np.ones(len(region), dtype=bool)
+            keep[starts[:, None] + np.arange(skip)] = False
+            region = region[keep]
+            starts = starts - skip * np.arange(n, dtype=np.int64)
+        body = np.insert(region, np.repeat(starts, CHECK_BYTES), checks.reshape(-1))
+    head = np.frombuffer(_varint(n) + _varint(len(body)), dtype=np.uint8)
+    return np.concatenate([head, body, np.frombuffer(SYNC, dtype=np.uint8)])
+
+
+def with_check_field(schema: dict) -> dict:
+    """The writer record schema with the leading check field."""
+    out = dict(schema)
+    out["fields"] = [{"name": CHECK_FIELD, "type": "long"}] + list(schema.get("fields", []))
     return out
 
 
@@ -131,50 +155,67 @@ def cast_table(table: pa.Table, arrow_schema: pa.Schema) -> pa.RecordBatch:
 class ColumnarDecoder:
     """Decodes many payloads of one writer schema through polars, exactly."""
 
-    def __init__(self, schema_json: str, arrow_schema: pa.Schema, fallback: RecordDecoder,
-                 chunk_rows: int = 8192) -> None:
-        self.header = container_header(schema_json)
+    def __init__(self, schema: dict, arrow_schema: pa.Schema, fallback: RecordDecoder,
+                 chunk_rows: int = 65536) -> None:
+        self.header = container_header(json.dumps(with_check_field(schema)))
         self.arrow_schema = arrow_schema
         self.fallback = fallback
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = min(chunk_rows, MAX_CHUNK)
 
-    def _read(self, payloads: pa.Array) -> pa.RecordBatch:
-        body = container_blocks(payloads)
-        buf = io.BytesIO(self.header + body.tobytes())
-        table = pl.read_avro(buf).to_arrow()
-        if table.num_rows != len(payloads):
-            raise ValueError(f"reader returned {table.num_rows} rows for {len(payloads)} records")
-        return cast_table(table, self.arrow_schema)
+    def _read(self, framed: pa.Array, skip: int) -> tuple[pa.Table, int | None]:
+        """(table, first row whose record starts at a wrong offset, or None)."""
+        block = container_block(framed, skip)
+        df = pl.read_avro(io.BytesIO(self.header + block.tobytes()))
+        if df.height != len(framed):
+            raise ValueError(f"reader returned {df.height} rows for {len(framed)} records")
+        check = df.get_column(CHECK_FIELD).to_numpy()
+        bad = np.flatnonzero(check != SALT + np.arange(len(framed), dtype=np.int64))
+        return df.drop(CHECK_FIELD).to_arrow(), (int(bad[0]) if len(bad) else None)
 
-    def _decode_range(self, payloads: pa.Array, lo: int, hi: int,
-                      batches: list, ok: list, bad: list) -> None:
-        part = payloads.slice(lo, hi - lo)
-        if hi - lo > SMALL_RANGE:
-            try:
-                batches.append(self._read(part))
-                ok.append(np.arange(lo, hi, dtype=np.int64))
-                return
-            except BaseException as exc:  # polars panics derive from BaseException
-                if isinstance(exc, _NOT_DATA_ERRORS):
-                    raise
-            mid = (lo + hi) // 2
-            self._decode_range(payloads, lo, mid, batches, ok, bad)
-            self._decode_range(payloads, mid, hi, batches, ok, bad)
-            return
-        batch, good, failed = self.fallback.decode(part.to_pylist())
+    def _per_record(self, framed: pa.Array, skip: int, lo: int, hi: int,
+                    batches: list, ok: list, bad: list) -> None:
+        batch, good, failed = self.fallback.decode(framed.slice(lo, hi - lo), skip)
         batches.append(batch)
         ok.append(np.asarray(good, dtype=np.int64) + lo)
         bad.extend((pos + lo, reason) for pos, reason in failed)
 
-    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, np.ndarray,
-                                                   list[tuple[int, str]]]:
-        """(batch of good rows, their positions in ``payloads``, [(position, reason)])."""
+    def _decode_range(self, framed: pa.Array, skip: int, lo: int, hi: int,
+                      batches: list, ok: list, bad: list) -> None:
+        while lo < hi:
+            if hi - lo <= SMALL_RANGE:
+                self._per_record(framed, skip, lo, hi, batches, ok, bad)
+                return
+            try:
+                table, misaligned = self._read(framed.slice(lo, hi - lo), skip)
+                if misaligned == 0:
+                    raise ValueError("first record misaligned")
+                good = table.num_rows if misaligned is None else misaligned - 1
+                # values outside the target type (e.g. decimal precision) fail here
+                batch = cast_table(table.slice(0, good), self.arrow_schema) if good else None
+            except BaseException as exc:  # polars panics derive from BaseException
+                if isinstance(exc, _NOT_DATA_ERRORS):
+                    raise
+                mid = (lo + hi) // 2
+                self._decode_range(framed, skip, lo, mid, batches, ok, bad)
+                self._decode_range(framed, skip, mid, hi, batches, ok, bad)
+                return
+            if batch is not None:
+                batches.append(batch)
+                ok.append(np.arange(lo, lo + good, dtype=np.int64))
+            if misaligned is None:
+                return
+            self._per_record(framed, skip, lo + good, lo + good + 1, batches, ok, bad)
+            lo += good + 1
+
+    def decode(self, framed: pa.Array, skip: int) -> tuple[pa.RecordBatch, np.ndarray,
+                                                          list[tuple[int, str]]]:
+        """(batch of good rows, their positions in ``framed``, [(position, reason)])."""
         batches: list[pa.RecordBatch] = []
         ok: list[np.ndarray] = []
         bad: list[tuple[int, str]] = []
-        n = len(payloads)
+        n = len(framed)
         for lo in range(0, n, self.chunk_rows):
-            self._decode_range(payloads, lo, min(n, lo + self.chunk_rows), batches, ok, bad)
+            self._decode_range(framed, skip, lo, min(n, lo + self.chunk_rows), batches, ok, bad)
         batches = [b for b in batches if b.num_rows]
         if not batches:
             batch = to_batch([], self.arrow_schema)

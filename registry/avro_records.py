@@ -211,11 +211,15 @@ class RecordDecoder:
                                            return_named_type=True)
         return self.convert(value)
 
-    def decode(self, payloads: pa.Array | list[bytes]) -> tuple[pa.RecordBatch, list[int],
-                                                                 list[tuple[int, str]]]:
-        """(batch of good rows, their positions, [(position, reason)] of bad rows)."""
-        if isinstance(payloads, pa.Array):
-            payloads = payloads.to_pylist()
+    def decode(self, framed: pa.Array | list[bytes], skip: int = 0
+               ) -> tuple[pa.RecordBatch, list[int], list[tuple[int, str]]]:
+        """(batch of good rows, their positions, [(position, reason)] of bad rows).
+
+        ``framed`` values carry a ``skip``-byte wire prefix in front of the payload.
+        """
+        if isinstance(framed, pa.Array):
+            framed = framed.to_pylist()
+        payloads = [v[skip:] for v in framed] if skip else framed
         rows: list[dict] = []
         ok: list[int] = []
         bad: list[tuple[int, str]] = []

@@ -29,7 +29,7 @@ from registry.exceptions import (
 )
 from registry.wire import (
     KEY_SCHEMA_ID_HEADER, TOMBSTONE, VALUE_SCHEMA_ID_HEADER, SchemaRef, as_binary_array,
-    payloads, split_frames,
+    split_frames, take_rows,
 )
 
 __all__ = ["DecodedGroup", "DecodeFailure", "DecodeResult", "decode_values", "decode_keys",
@@ -124,8 +124,7 @@ def decode_values(registry: CachedRegistry, values: Any, *,
             result.failures.extend(DecodeFailure(int(i), group.ref, cls, str(exc), transient)
                                    for i in group.indices)
             continue
-        body = payloads(arr, group.indices, group.skip)
-        batch, positions, bad = art.decoder.decode(body)
+        batch, positions, bad = art.decoder.decode(take_rows(arr, group.indices), group.skip)
         groups.append(DecodedGroup(group.ref, art, batch, group.indices[positions]))
         result.failures.extend(DecodeFailure(int(group.indices[pos]), group.ref, "decode_error",
                                              reason, False) for pos, reason in bad)

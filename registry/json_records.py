@@ -134,11 +134,13 @@ class JsonDecoder:
         arr = pa.array(rows, type=self.struct_type)
         return pa.RecordBatch.from_struct_array(arr).cast(self.arrow_schema)
 
-    def decode(self, payloads: pa.Array) -> tuple[pa.RecordBatch, np.ndarray, list[tuple[int, str]]]:
+    def decode(self, framed: pa.Array, skip: int = 0
+               ) -> tuple[pa.RecordBatch, np.ndarray, list[tuple[int, str]]]:
+        """(batch of good rows, their positions, [(position, reason)])."""
         rows, ok, bad = [], [], []
-        for pos, payload in enumerate(payloads.to_pylist()):
+        for pos, value in enumerate(framed.to_pylist()):
             try:
-                rows.append(self.convert(_loads(payload)))
+                rows.append(self.convert(_loads(value[skip:])))
                 ok.append(pos)
             except Exception as exc:  # parse or validation failure of one payload
                 bad.append((pos, f"{type(exc).__name__}: {exc}"[:500]))

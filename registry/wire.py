@@ -25,7 +25,7 @@ from registry.exceptions import WireFormatError
 __all__ = [
     "MAGIC_ID", "MAGIC_GUID", "VALUE_SCHEMA_ID_HEADER", "KEY_SCHEMA_ID_HEADER",
     "SchemaRef", "FrameGroup", "FrameFailure", "FramedBatch",
-    "as_binary_array", "buffers", "parse_frame", "split_frames", "payloads",
+    "as_binary_array", "buffers", "parse_frame", "split_frames", "payloads", "take_rows",
 ]
 
 MAGIC_ID = 0
@@ -205,10 +205,19 @@ def split_frames(values: Any, headers: Sequence[Any] | None = None,
     return out
 
 
+def take_rows(values: Any, indices: np.ndarray) -> pa.Array:
+    """The given rows (no copy when they are all rows in order)."""
+    arr = as_binary_array(values)
+    n = len(indices)
+    if n == len(arr) and (n == 0 or (indices[0] == 0 and indices[-1] == n - 1
+                                     and bool(np.all(np.diff(indices) == 1)))):
+        return arr
+    return arr.take(pa.array(indices, type=pa.int64()))
+
+
 def payloads(values: Any, indices: np.ndarray, skip: int) -> pa.Array:
     """The payload bytes (first ``skip`` bytes of each value dropped) of the given rows."""
-    arr = as_binary_array(values)
-    taken = arr.take(pa.array(indices, type=pa.int64()))
+    taken = take_rows(values, indices)
     if not skip:
         return taken
     offsets, data, _ = buffers(taken)

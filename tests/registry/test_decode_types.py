@@ -142,10 +142,11 @@ def test_many_schemas_in_one_batch_keep_indices(registry):
     for k in range(3):
         schema = _schema(f"multi{k}", "string")
         sers.append(AvroSerializer(registry.client, schema_str=__import__("json").dumps(schema)))
-    ctx = SerializationContext(f"many-{uuid.uuid4().hex[:6]}", MessageField.VALUE)
+    run = uuid.uuid4().hex[:6]
+    ctxs = [SerializationContext(f"many-{run}-{k}", MessageField.VALUE) for k in range(3)]
     for i in range(300):
         k = (i * 7) % 3
-        payloads.append(sers[k]({"i": i, "v": f"s{k}"}, ctx))
+        payloads.append(sers[k]({"i": i, "v": f"s{k}"}, ctxs[k]))
         expected[i] = f"s{k}"
     res = decode_values(registry, payloads)
     assert res.failures == [] and len(res.groups) == 3
