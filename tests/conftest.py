@@ -83,7 +83,7 @@ def _local_broker(tmp_path_factory):
     broker = LocalBroker(str(tmp_path_factory.mktemp("broker")))
     broker.start()
     yield broker
-    broker.stop()
+    broker.stop(remove_data=True)  # throwaway data: no snapshot on shutdown
 
 
 @pytest.fixture(scope="session")
@@ -180,10 +180,12 @@ def postgres_uri(request, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def _local_postgres(tmp_path_factory):
+def _local_postgres():
     from router.devstack.catalog import LocalPostgres
 
-    server = LocalPostgres(str(tmp_path_factory.mktemp("postgres")))
+    # pytest's tmp dirs are private to root; PostgreSQL runs unprivileged, so
+    # the cluster gets its own temporary dir under /tmp (removed on stop).
+    server = LocalPostgres()
     server.start()
     yield server
     server.stop()

@@ -19,6 +19,11 @@ Measured quirks of noida-db 0.2.3 (checked by tests/router/devstack/test_stack.p
   topics explicitly when the partition count matters.
 * Topic deletion through the AdminClient works; list-offsets (watermarks,
   offsets-for-times) are right.
+* Storage is in memory, snapshotted to one JSON file (``data/kafka.json``):
+  memory grows with the data kept, and a clean shutdown rewrites the whole
+  snapshot (~7.6 s after 120 MB of records, the file ~3.5x the payload). A
+  SIGKILL loses at most the last few seconds. ``stop()`` therefore waits
+  ``STOP_GRACE_SECONDS`` for a kept data dir and kills at once otherwise.
 * Start-up takes well under a second. The loader warning "weak version
   GLIBC_2.39 not found" printed on Debian 12 is harmless.
 """
@@ -37,6 +42,8 @@ from router.devstack._proc import free_port, log_tail, stop_pid, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
+#: How long a clean shutdown may take (it rewrites the JSON snapshot).
+STOP_GRACE_SECONDS = 60.0
 
 #: librdkafka settings a client of this broker needs on top of bootstrap.servers.
 CLIENT_QUIRKS: MappingProxyType = MappingProxyType(
@@ -149,9 +156,9 @@ class LocalBroker:
         for fut in admin.delete_topics(list(names), operation_timeout=timeout).values():
             fut.result(timeout)
 
-    def _kill(self) -> None:
+    def _kill(self, grace: float = 1.0) -> None:
         if self.proc is not None:
-            stop_pid(self.proc.pid)
+            stop_pid(self.proc.pid, timeout=grace)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -159,9 +166,14 @@ class LocalBroker:
             self.proc = None
 
     def stop(self, remove_data: bool | None = None) -> None:
-        """Terminate (then kill) the broker; drop a temporary data dir."""
-        self._kill()
-        if remove_data if remove_data is not None else self._own_dir:
+        """Terminate (then kill) the broker; drop a temporary data dir.
+
+        A kept data dir gets a clean shutdown (the snapshot is written); a
+        discarded one is killed after a short grace period.
+        """
+        remove = remove_data if remove_data is not None else self._own_dir
+        self._kill(grace=1.0 if remove else STOP_GRACE_SECONDS)
+        if remove:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalBroker:

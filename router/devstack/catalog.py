@@ -112,12 +112,30 @@ class LocalPostgres:
             for entry in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
                 os.chown(entry, user.pw_uid, user.pw_gid)
 
+    def _check_reachable(self) -> None:
+        """The unprivileged user must be able to traverse every parent of the workdir."""
+        user = _run_as()
+        if user is None:
+            return
+        path = os.path.dirname(self.workdir)
+        while True:
+            st = os.stat(path)
+            if not (st.st_mode & 0o001 or (st.st_uid == user.pw_uid and st.st_mode & 0o100)
+                    or (st.st_gid == user.pw_gid and st.st_mode & 0o010)):
+                raise ServiceStartError("postgres", f"user {user.pw_name!r} cannot enter {path}; "
+                                        "put the cluster under a world-traversable directory (e.g. /tmp)")
+            parent = os.path.dirname(path)
+            if parent == path:
+                return
+            path = parent
+
     def start(self) -> str:
         """initdb (first time), start the server, create the database; return its SQLAlchemy URI."""
         if self.proc is not None:
             return self.uri
         bindir = find_postgres_bindir()
         os.makedirs(self.workdir, exist_ok=True)
+        self._check_reachable()
         self._chown()
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         if not os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):

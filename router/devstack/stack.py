@@ -26,6 +26,8 @@ STATE_FILE = "state.json"
 DEFAULT_STACK_DIR = os.path.join(".icerouter", "stack")
 #: Signal used to stop each service (PostgreSQL: SIGINT is its fast shutdown).
 STOP_SIGNALS = {"kafka": 15, "registry": 15, "postgres": 2}
+#: Seconds before SIGKILL (the broker rewrites its whole snapshot on shutdown).
+STOP_GRACE = {"kafka": 60.0, "registry": 10.0, "postgres": 30.0}
 
 
 def default_stack_dir() -> str:
@@ -178,7 +180,7 @@ class LocalStack:
         result: dict[str, bool] = {}
         for name, svc in reversed(list(self.state.services.items())):
             if svc.alive():
-                stop_pid(svc.pid, sig=STOP_SIGNALS.get(name, 15), timeout=15)
+                stop_pid(svc.pid, sig=STOP_SIGNALS.get(name, 15), timeout=STOP_GRACE.get(name, 15.0))
             result[name] = not svc.alive()
         self.state.services.clear()
         path = os.path.join(self.stack_dir, STATE_FILE)
