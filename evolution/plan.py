@@ -49,6 +49,11 @@ ALLOWED_PROMOTIONS: dict[type, tuple[type, ...]] = {
 }
 
 
+def _same(a: IcebergType | None, b: IcebergType | None) -> bool:
+    """Cheap primitive equality (pydantic ``==`` dominated planning time)."""
+    return a is b or (type(a) is type(b) and a == b)
+
+
 def can_promote(src: IcebergType, dst: IcebergType) -> bool:
     """True when a column of type ``src`` may legally become ``dst``."""
     if isinstance(src, DecimalType) and isinstance(dst, DecimalType):
@@ -185,15 +190,15 @@ class _Planner:
 
     def merge_struct(self, ts: _Struct, inc: StructType, path: Path, ipath: Path,
                      owner_added: bool, owner_born: int) -> None:
-        matched: list[int] = []
+        matched: set[int] = set()
         for f in inc.fields:
             tf = self.lookup(ts, f.name) or self.renamed(ts, inc, f, path, ipath)
             if tf is None:
                 added = self.add(ts, f, path, owner_added, owner_born)
                 if added is not None:
-                    matched.append(id(added))
+                    matched.add(id(added))
                 continue
-            matched.append(id(tf))
+            matched.add(id(tf))
             self.merge_field(tf, f, path + (tf.path_name,), ipath + (f.name,))
         for tf in ts.fields:
             if id(tf) in matched or not tf.required:
@@ -261,7 +266,7 @@ class _Planner:
         elif isinstance(n, _List) and isinstance(t, ListType):
             self.merge_field(n.element, t.element_field, path + ("element",), ipath + ("element",))
         elif isinstance(n, _Map) and isinstance(t, MapType):
-            if n.key.type != t.key_type:
+            if not _same(n.key.type, t.key_type):
                 self.type_violation(path + ("key",), f"map key {n.key.type} vs {t.key_type}")
             self.merge_field(n.value, t.value_field, path + ("value",), ipath + ("value",))
         elif isinstance(n, PrimitiveType) and isinstance(t, PrimitiveType):
@@ -271,7 +276,7 @@ class _Planner:
                                       f"incoming {_itype_kind(t)}")
 
     def merge_primitive(self, tf: _Field, n: PrimitiveType, t: PrimitiveType, path: Path) -> None:
-        if n == t:
+        if _same(n, t):
             return
         if can_promote(n, t):
             if tf.added or self.allow("widen", path, f"widen {n} -> {t}"):
@@ -297,7 +302,7 @@ def _emit(s: _Struct, path: Path, ids: Iterator[int]) -> Iterator[Change]:
 
 
 def _emit_field(f: _Field, p: Path, ids: Iterator[int]) -> Iterator[Change]:
-    if isinstance(f.type, PrimitiveType) and f.type != f.orig_type:
+    if isinstance(f.type, PrimitiveType) and not _same(f.type, f.orig_type):
         yield WidenColumn(p, f.orig_type, f.type)
     if f.orig_required and not f.required:
         yield MakeOptional(p)
@@ -338,10 +343,10 @@ def plan_evolution(current: Schema | None, incoming: Sequence[Schema | MappedSch
         target = assign_fresh_schema_ids(Schema(*_to_type(root.type, itertools.count(1)).fields))
         changes: tuple[Change, ...] = ()
     else:
-        ids = itertools.count(current.highest_field_id + 1)
-        changes = tuple(_emit(root.type, (), ids))
+        next_id = current.highest_field_id + 1
+        changes = tuple(_emit(root.type, (), itertools.count(next_id)))
         target = current if not changes else Schema(
-            *_to_type(root.type, itertools.count(current.highest_field_id + 1)).fields,
+            *_to_type(root.type, itertools.count(next_id)).fields,
             schema_id=current.schema_id + 1,
             identifier_field_ids=list(current.identifier_field_ids))
     return EvolutionPlan(current=current, target=target, changes=changes,
