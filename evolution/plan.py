@@ -255,8 +255,8 @@ class _Planner:
                 tf.required = False
             elif self.allow("make_optional", path, "incoming field is optional"):
                 tf.required = False
-        if tf.doc is None and f.doc:
-            tf.doc = f.doc if tf.added else tf.doc
+        if tf.added and tf.doc is None and f.doc:  # docs of existing columns are the table's
+            tf.doc = f.doc
         self.merge_type(tf, f.field_type, path, ipath)
 
     def merge_type(self, tf: _Field, t: IcebergType, path: Path, ipath: Path) -> None:
