@@ -127,7 +127,7 @@ class CachedRegistry:
         """Latest version of ``subject``, at most ``latest_ttl_seconds`` old.
 
         If the registry is unreachable when the entry expired, the last known
-        version is served (and counted in ``stats['stale_served']``).
+        version is served for another TTL (counted in ``stats['stale_served']``).
         """
         with self._lock:
             hit = self._latest.get(subject)
@@ -147,6 +147,8 @@ class CachedRegistry:
                     raise
                 self.stats["stale_served"] += 1
                 log.warning("registry unreachable, serving cached latest of %s", subject)
+                with self._lock:   # do not hammer a registry that is down: retry after a TTL
+                    self._latest[subject] = stale
                 return stale
             with self._lock:
                 self._latest[subject] = reg

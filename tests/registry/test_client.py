@@ -1,0 +1,142 @@
+"""CachedRegistry against a real HTTP registry that the tests stop, restart and break."""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import time
+import uuid
+
+import fastavro
+import pytest
+from confluent_kafka.schema_registry import Schema
+
+from registry.client import CachedRegistry, get_registry
+from registry.config import RegistryConfig
+from registry.decode import decode_values
+from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
+
+
+def _schema(version: int) -> dict:
+    fields = [{"name": "a", "type": "long"}]
+    fields += [{"name": f"extra{k}", "type": ["null", "string"], "default": None}
+               for k in range(1, version)]
+    return {"type": "record", "name": "Ttl", "fields": fields}
+
+
+def _register(reg: CachedRegistry, subject: str, schema: dict) -> int:
+    return reg.client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+
+
+def _framed(sid: int, schema: dict, rec: dict) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), rec)
+    return b"\x00" + sid.to_bytes(4, "big") + buf.getvalue()
+
+
+def _config(url: str, **kw) -> RegistryConfig:
+    kw.setdefault("retry_backoff_seconds", 0.01)
+    return RegistryConfig(url=url, **kw)
+
+
+def test_latest_respects_ttl(any_registry_url):
+    reg = CachedRegistry(_config(any_registry_url, latest_ttl_seconds=0.6))
+    subject = f"ttl-{uuid.uuid4().hex[:8]}-value"
+    v1 = _register(reg, subject, _schema(1))
+    assert reg.latest(subject).schema_id == v1
+    v2 = _register(reg, subject, _schema(2))
+    assert v2 != v1
+    assert reg.latest(subject).schema_id == v1          # cached: not seen before the TTL
+    time.sleep(0.8)
+    assert reg.latest(subject).schema_id == v2          # seen after the TTL
+    assert reg.latest(subject).version == 2
+
+
+def test_cache_served_while_registry_is_down(local_registry):
+    reg = CachedRegistry(_config(local_registry.url, latest_ttl_seconds=1.0, retry_attempts=2))
+    subject = "down-value"
+    schema = _schema(2)
+    sid = _register(reg, subject, schema)
+    values = [_framed(sid, schema, {"a": i, "extra1": str(i)}) for i in range(100)]
+    assert decode_values(reg, values).decoded_rows == 100
+    assert reg.latest(subject).schema_id == sid
+    requests_before = local_registry.state.requests
+
+    local_registry.stop()
+    res = decode_values(reg, values)                    # ids are immutable: served from cache
+    assert res.failures == [] and res.decoded_rows == 100
+    assert reg.latest(subject).schema_id == sid         # within TTL
+    time.sleep(1.1)
+    assert reg.latest(subject).schema_id == sid         # expired, registry down: last known
+    assert reg.latest(subject).schema_id == sid         # ... kept for another TTL
+    assert reg.stats["stale_served"] == 1
+    other = decode_values(reg, [_framed(sid + 100, schema, {"a": 1, "extra1": None})])
+    assert [(f.error_class, f.transient) for f in other.failures] == [("registry_unavailable", True)]
+    with pytest.raises(RegistryUnavailable) as err:
+        reg.latest("never-seen-value")
+    assert err.value.transient and err.value.attempts == 2
+
+    local_registry.start()                              # same port
+    time.sleep(1.1)
+    assert reg.latest(subject).schema_id == sid
+    assert local_registry.state.requests == requests_before + 1
+
+
+def test_5xx_is_retried_then_unavailable(local_registry):
+    reg = CachedRegistry(_config(local_registry.url, retry_attempts=3))
+    local_registry.state.fail_status = 503
+    with pytest.raises(RegistryUnavailable) as err:
+        reg.schema(1)
+    assert err.value.status == 503 and err.value.attempts == 3
+    assert local_registry.state.requests == 3
+    assert reg.stats["retries"] == 2
+
+
+def test_other_http_errors_are_terminal(local_registry):
+    reg = CachedRegistry(_config(local_registry.url, retry_attempts=3))
+    local_registry.state.fail_status = 401
+    with pytest.raises(RegistryError) as err:
+        reg.schema(1)
+    assert not err.value.transient and err.value.status == 401
+    assert local_registry.state.requests == 1
+
+
+def test_404_is_schema_not_found(any_registry_url):
+    reg = CachedRegistry(_config(any_registry_url))
+    with pytest.raises(SchemaNotFound) as err:
+        reg.schema(999_999)
+    assert err.value.schema_id == 999_999 and not err.value.transient
+    with pytest.raises(SchemaNotFound) as err:
+        reg.latest(f"missing-{uuid.uuid4().hex}")
+    assert err.value.subject.startswith("missing-")
+
+
+def test_schema_by_guid_and_artifacts_cached_once(local_registry):
+    reg = CachedRegistry(_config(local_registry.url))
+    schema = _schema(1)
+    sid = _register(reg, "guid-value", schema)
+    guid = local_registry.state.schemas[sid - 1]["guid"]
+    assert json.loads(reg.schema(guid).schema_str) == schema
+    art = reg.artifacts(sid)
+    assert art.schema_id == sid and art.schema_type == "AVRO" and art.columnar
+    assert art.arrow_schema.names == ["a"]
+    before = local_registry.state.requests
+    for _ in range(5):
+        assert reg.artifacts(sid) is art
+        decode_values(reg, [_framed(sid, schema, {"a": 1})])
+    assert local_registry.state.requests == before
+
+
+def test_get_registry_is_a_per_process_singleton(any_registry_url):
+    cfg = _config(any_registry_url)
+    reg = get_registry(cfg)
+    assert get_registry(pickle.loads(pickle.dumps(cfg))) is reg    # config travels, not the client
+    assert get_registry(_config(any_registry_url, latest_ttl_seconds=5)) is not reg
+
+
+def test_unsupported_schema_type_is_a_failure(local_registry):
+    reg = CachedRegistry(_config(local_registry.url))
+    sid = reg.client.register_schema("proto-value", Schema('syntax = "proto3"; message M {}',
+                                                           "PROTOBUF"))
+    res = decode_values(reg, [b"\x00" + sid.to_bytes(4, "big") + b"\x00"])
+    assert [(f.error_class, f.transient) for f in res.failures] == [("unsupported_schema", False)]
