@@ -80,7 +80,7 @@ def _kafka_container(docker_available, _docker_network):
 def _local_broker(tmp_path_factory):
     from router.devstack.broker import LocalBroker
 
-    broker = LocalBroker(str(tmp_path_factory.mktemp("broker")))
+    broker = LocalBroker(str(tmp_path_factory.mktemp("broker")), tied_to_parent=True)
     broker.start()
     yield broker
     broker.stop(remove_data=True)  # throwaway data: no snapshot on shutdown
@@ -185,7 +185,7 @@ def _local_postgres():
 
     # pytest's tmp dirs are private to root; PostgreSQL runs unprivileged, so
     # the cluster gets its own temporary dir under /tmp (removed on stop).
-    server = LocalPostgres()
+    server = LocalPostgres(tied_to_parent=True)
     server.start()
     yield server
     server.stop()

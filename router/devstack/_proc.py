@@ -110,3 +110,21 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies (Linux).
+
+    Keeps a killed test session or demo from leaking servers; not used for the
+    detached stack started by scripts/stack.py.
+    """
+
+    import ctypes
+
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl  # resolved before fork
+    pr_set_pdeathsig, signum = 1, int(sig)
+
+    def _set() -> None:
+        prctl(pr_set_pdeathsig, signum, 0, 0, 0)
+
+    return _set

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from importlib.resources import files
 from types import MappingProxyType
 
-from router.devstack._proc import free_port, log_tail, stop_pid, wait_until
+from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -78,8 +78,11 @@ def noida_binary() -> str:
 class LocalBroker:
     """One noida-db Kafka broker on 127.0.0.1 with a free port and its own data dir."""
 
-    def __init__(self, data_dir: str | None = None, port: int = 0, start_timeout: float = 30.0) -> None:
+    def __init__(self, data_dir: str | None = None, port: int = 0, start_timeout: float = 30.0,
+                 tied_to_parent: bool = False) -> None:
+        """``tied_to_parent``: the broker gets SIGTERM if this process dies (tests, demo)."""
         self._own_dir = data_dir is None
+        self.tied_to_parent = tied_to_parent
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="icerouter-broker-")
         self.port = port
         self.start_timeout = start_timeout
@@ -105,7 +108,8 @@ class LocalBroker:
                    "--host", HOST, "--only", "kafka", "--kafka-port", str(port)]
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent() if self.tied_to_parent else None)
             self.port = port
             try:
                 wait_until(self._ready, timeout=self.start_timeout, service="kafka",

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 
-from router.devstack._proc import free_port, log_tail, stop_pid, wait_until
+from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -80,8 +80,10 @@ class LocalPostgres:
     """A private PostgreSQL cluster on 127.0.0.1 with a free port, for catalogs."""
 
     def __init__(self, workdir: str | None = None, database: str = "icerouter", port: int = 0,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, tied_to_parent: bool = False) -> None:
+        """``tied_to_parent``: the server gets a fast shutdown if this process dies."""
         self._own_dir = workdir is None
+        self.tied_to_parent = tied_to_parent
         self.workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="icerouter-pg-"))
         self.database = database
         self.port = port
@@ -153,7 +155,8 @@ class LocalPostgres:
             log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
-                                             cwd=self.workdir, start_new_session=True, **self._popen_user())
+                                             cwd=self.workdir, start_new_session=True, **self._popen_user(),
+                                             preexec_fn=die_with_parent(signal.SIGINT) if self.tied_to_parent else None)
             finally:
                 os.close(log)
             try:
