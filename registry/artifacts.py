@@ -117,4 +117,4 @@ def _json(schema_id: int | str, schema_str: str) -> SchemaArtifacts:
         raise UnsupportedSchemaType(f"{type(exc).__name__}: {exc}", schema_id=schema_id,
                                     schema_type=JSON) from None
     return SchemaArtifacts(schema_id, JSON, schema_str, parsed, iceberg, arrow,
-                           JsonDecoder(arrow), False)
+                           JsonDecoder(arrow, parsed), False)

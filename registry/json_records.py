@@ -1,30 +1,39 @@
 """JSON Schema framed payloads -> Arrow.
 
-Payloads are parsed with orjson when installed (else json) and converted to
-the target Arrow shape by a converter compiled per schema: ISO strings become
-dates/times/timestamps, numbers and strings become Decimals, objects become
-structs. A payload that does not parse, misses a required field or has a
-value of the wrong type becomes a failure entry; the rest still decode.
+Payloads are parsed with orjson when installed (else json), validated with
+the ``jsonschema`` package when installed, and converted to the target Arrow
+shape by a converter compiled per schema: ISO strings become
+dates/times/timestamps, base64 text becomes bytes, free-form objects stay JSON
+text, a value of a multi-type field fills the branch named by its JSON type.
+A payload that does not parse, fails validation, misses a required field or
+has a value of the wrong type becomes a failure entry; the rest still decode.
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
+import json
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
 try:
-    import orjson as _json
+    import orjson
 
-    def _loads(b: bytes) -> Any:
-        return _json.loads(b)
+    _loads = orjson.loads
 except ImportError:  # pragma: no cover - orjson is optional
-    import json as _json
+    _loads = json.loads
 
-    def _loads(b: bytes) -> Any:
-        return _json.loads(b)
+try:
+    from jsonschema.validators import validator_for
+except ImportError:  # pragma: no cover - validation is skipped without jsonschema
+    validator_for = None
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
 
 __all__ = ["JsonDecoder", "compile_json_converter"]
 
@@ -72,6 +81,35 @@ def _check(kind: type | tuple, label: str) -> Conv:
     return conv
 
 
+def _JSON_TYPE_NAMES(v: Any) -> tuple[str, ...]:
+    if isinstance(v, bool):
+        return ("boolean",)
+    if isinstance(v, int):
+        return ("integer", "number")
+    if isinstance(v, float):
+        return ("number",)
+    if isinstance(v, str):
+        return ("string",)
+    if isinstance(v, list):
+        return ("array",)
+    return ()
+
+
+def _string(v: Any) -> Any:
+    """Strings as-is; free-form objects/arrays are kept as their JSON text."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (dict, list)):
+        return _dumps(v)
+    raise TypeError(f"expected a string, got {v!r}")
+
+
+def _base64(v: Any) -> Any:
+    if isinstance(v, str):
+        return base64.b64decode(v, validate=True)
+    raise TypeError(f"expected base64 text, got {v!r}")
+
+
 def _nullable(field: pa.Field, conv: Conv) -> Conv:
     name = field.name
 
@@ -89,9 +127,14 @@ def compile_json_converter(t: pa.DataType) -> Conv:
     if pa.types.is_struct(t):
         fields = [(t.field(i).name, _nullable(t.field(i), compile_json_converter(t.field(i).type)))
                   for i in range(t.num_fields)]
+        branches = {name: conv for name, conv in fields}
 
         def struct(v: Any) -> Any:
             if not isinstance(v, dict):
+                # a struct of alternatives (anyOf / several types): one branch is set
+                for name in _JSON_TYPE_NAMES(v):
+                    if name in branches:
+                        return {n: (branches[n](v) if n == name else None) for n, _ in fields}
                 raise TypeError(f"expected an object, got {v!r}")
             return {name: conv(v.get(name)) for name, conv in fields}
         return struct
@@ -116,19 +159,38 @@ def compile_json_converter(t: pa.DataType) -> Conv:
     if pa.types.is_floating(t):
         return lambda v: float(_check((int, float), "a number")(v))
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return _check(str, "a string")
+        return _string
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return lambda v: v.encode() if isinstance(v, str) else v
+        return _base64
     return lambda v: v
 
 
 class JsonDecoder:
     """Parses and converts JSON payloads; bad rows become failures."""
 
-    def __init__(self, arrow_schema: pa.Schema) -> None:
+    def __init__(self, arrow_schema: pa.Schema, schema: dict | None = None) -> None:
         self.arrow_schema = arrow_schema
         self.struct_type = pa.struct(list(arrow_schema))
-        self.convert = compile_json_converter(self.struct_type)
+        convert = compile_json_converter(self.struct_type)
+        is_object = isinstance(schema, dict) and bool(schema.get("properties"))
+        if schema is not None and not is_object:
+            root = arrow_schema.names[0]
+            self.convert = lambda v: convert({root: v})
+        else:
+            self.convert = convert
+        self.validator = None
+        if schema is not None and validator_for is not None:
+            cls = validator_for(schema)
+            self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def _parse(self, payload: bytes) -> dict:
+        value = _loads(payload)
+        if self.validator is not None:
+            error = next(iter(self.validator.iter_errors(value)), None)
+            if error is not None:
+                where = "/".join(map(str, error.absolute_path)) or "<root>"
+                raise ValueError(f"schema validation failed at {where}: {error.message}")
+        return self.convert(value)
 
     def _batch(self, rows: list[dict]) -> pa.RecordBatch:
         arr = pa.array(rows, type=self.struct_type)
@@ -140,7 +202,7 @@ class JsonDecoder:
         rows, ok, bad = [], [], []
         for pos, value in enumerate(framed.to_pylist()):
             try:
-                rows.append(self.convert(_loads(value[skip:])))
+                rows.append(self._parse(value[skip:]))
                 ok.append(pos)
             except Exception as exc:  # parse or validation failure of one payload
                 bad.append((pos, f"{type(exc).__name__}: {exc}"[:500]))
