@@ -1,0 +1,32 @@
+"""Local dev stack: Kafka-compatible broker, Schema Registry emulator, Iceberg catalogs.
+
+Used by ``icerouter demo``, scripts/stack.py and the tests; the streaming job
+never imports it. Names are imported lazily so ``python -m
+router.devstack.registry_server`` does not import itself twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> defining module
+_EXPORTS = {
+    "CLIENT_QUIRKS": "router.devstack.broker",
+    "LARGE_MESSAGE_TOPIC_CONFIG": "router.devstack.broker",
+    "LocalBroker": "router.devstack.broker",
+    "client_config": "router.devstack.broker",
+    "LocalPostgres": "router.devstack.catalog",
+    "postgres_catalog_properties": "router.devstack.catalog",
+    "sqlite_catalog_properties": "router.devstack.catalog",
+    "RegistryServer": "router.devstack.registry_server",
+    "LocalStack": "router.devstack.stack",
+    "default_stack_dir": "router.devstack.stack",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'router.devstack' has no attribute {name!r}")

@@ -53,6 +53,8 @@ ROUTES = [
      lambda st, m, q, b: json.loads(st.get_version(m["subject"], m["version"], _flag(q, "deleted"))["schema"])),
     ("GET", rf"/subjects/{_S}/versions/{_V}",
      lambda st, m, q, b: st.get_version(m["subject"], m["version"], _flag(q, "deleted"))),
+    ("GET", rf"/subjects/{_S}/versions/{_V}/referencedby",
+     lambda st, m, q, b: st.get_version(m["subject"], m["version"]) and []),  # references are not resolved
     ("DELETE", rf"/subjects/{_S}/versions/{_V}",
      lambda st, m, q, b: st.delete_version(m["subject"], m["version"], _flag(q, "permanent"))),
     ("POST", rf"/subjects/{_S}", lambda st, m, q, b: st.lookup(m["subject"], b, _flag(q, "deleted"))),

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from router.devstack._proc import free_port, pid_alive, port_open, stop_pid, wait_until
+from router.devstack._proc import die_with_parent, free_port, pid_alive, port_open, stop_pid, wait_until
 from router.devstack.broker import LocalBroker, client_config
 from router.devstack.catalog import LocalPostgres, postgres_catalog_properties, sqlite_catalog_properties
 from router.devstack.exceptions import ServiceStartError, StackStateError
@@ -87,8 +87,11 @@ class LocalStack:
     """Broker, registry subprocess, SQLite catalog and optional PostgreSQL under one dir."""
 
     def __init__(self, stack_dir: str | None = None, with_postgres: bool = False,
-                 registry_port: int = 0, broker_port: int = 0) -> None:
+                 registry_port: int = 0, broker_port: int = 0, tied_to_parent: bool = False) -> None:
+        """``tied_to_parent``: services die with this process (in-process use such as a demo);
+        leave it False for a stack that outlives its starter (scripts/stack.py)."""
         self.stack_dir = os.path.abspath(stack_dir or default_stack_dir())
+        self.tied_to_parent = tied_to_parent
         self.with_postgres = with_postgres
         self.registry_port = registry_port
         self.broker_port = broker_port
@@ -139,7 +142,8 @@ class LocalStack:
         self.state.save()  # record each pid at once, so a failed start can still stop it
 
     def _start_broker(self) -> ServiceState:
-        broker = LocalBroker(os.path.join(self.stack_dir, "broker"), port=self.broker_port)
+        broker = LocalBroker(os.path.join(self.stack_dir, "broker"), port=self.broker_port,
+                             tied_to_parent=self.tied_to_parent)
         bootstrap = broker.start()
         return ServiceState("kafka", broker.pid, process_start_time(broker.pid), broker.port, bootstrap)
 
@@ -151,7 +155,8 @@ class LocalStack:
                    "--data-file", os.path.join(self.stack_dir, "registry.json")]
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=self.stack_dir, env=_child_env())
+                                        start_new_session=True, cwd=self.stack_dir, env=_child_env(),
+                                        preexec_fn=die_with_parent() if self.tied_to_parent else None)
             url = f"http://127.0.0.1:{port}"
             try:
                 wait_until(lambda: _http_ok(url + "/subjects"), timeout=30, service="registry",
@@ -164,7 +169,7 @@ class LocalStack:
         raise AssertionError("unreachable")
 
     def _start_postgres(self) -> ServiceState:
-        pg = LocalPostgres(os.path.join(self.stack_dir, "postgres"))
+        pg = LocalPostgres(os.path.join(self.stack_dir, "postgres"), tied_to_parent=self.tied_to_parent)
         uri = pg.start()
         self.state.catalogs["postgres"] = postgres_catalog_properties(
             uri, os.path.join(self.stack_dir, "postgres-warehouse"))

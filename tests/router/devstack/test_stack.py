@@ -285,7 +285,7 @@ def test_stack_script_start_status_stop(world_traversable_dir):
 @pytest.mark.slow
 def test_stack_in_process_and_registry_ids_survive_restart(tmp_path):
     stack_dir = str(tmp_path / "inproc")
-    with LocalStack(stack_dir) as stack:
+    with LocalStack(stack_dir, tied_to_parent=True) as stack:
         assert stack.kafka_config()["receive.message.max.bytes"] == CLIENT_QUIRKS["receive.message.max.bytes"]
         assert stack.catalog_properties("sqlite")["uri"].startswith("sqlite:///")
         first = SchemaRegistryClient({"url": stack.registry_url}).register_schema(
