@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.schema import Schema
 
+from registry.avro_refs import inline_references
 from registry.avro_columnar import ColumnarDecoder, columnar_supported
 from registry.avro_records import RecordDecoder
 from registry.exceptions import UnsupportedSchemaType
@@ -56,31 +57,30 @@ class _RecordsAdapter:
 
 
 def build_artifacts(schema_id: int | str, schema_type: str | None, schema_str: str,
-                    named_schemas: dict[str, Any] | None = None,
+                    references: list[str] | None = None,
                     *, columnar: bool = True) -> SchemaArtifacts:
     """Parse ``schema_str`` and derive the Iceberg/Arrow shapes and the decoder.
 
-    ``named_schemas``: Avro named types from schema references (already parsed).
+    ``references``: schema texts of the Avro schemas this one references.
     ``columnar=False`` forces the per-record path (used by benchmarks/tests).
     """
     kind = (schema_type or AVRO).upper()
     if kind == AVRO:
-        return _avro(schema_id, schema_str, named_schemas, columnar)
+        return _avro(schema_id, schema_str, references, columnar)
     if kind == JSON:
         return _json(schema_id, schema_str)
     raise UnsupportedSchemaType("only AVRO and JSON schemas are decoded", schema_id=schema_id,
                                 schema_type=kind)
 
 
-def _avro(schema_id: int | str, schema_str: str, named: dict[str, Any] | None,
+def _avro(schema_id: int | str, schema_str: str, references: list[str] | None,
           columnar: bool) -> SchemaArtifacts:
     from evolution.arrow import iceberg_to_arrow
     from evolution.avro import avro_to_iceberg, parse_avro
     try:
         raw = parse_avro(schema_str)
-        named_copy = dict(named or {})
-        parsed = fastavro.parse_schema(raw, named_schemas=named_copy)
-        expanded = raw if not named else _expand(raw, named)
+        expanded = raw if not references else inline_references(raw, references)
+        parsed = fastavro.parse_schema(expanded)
         iceberg = avro_to_iceberg(expanded)
         arrow = iceberg_to_arrow(iceberg)
     except UnsupportedSchemaType:
@@ -94,15 +94,6 @@ def _avro(schema_id: int | str, schema_str: str, named: dict[str, Any] | None,
         return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow, decoder, True)
     return SchemaArtifacts(schema_id, AVRO, schema_str, parsed, iceberg, arrow,
                            _RecordsAdapter(records), False)
-
-
-def _expand(raw: Any, named: dict[str, Any]) -> Any:
-    """Inline referenced named types so the schema is self-contained."""
-    holder = {"type": "record", "name": "__icerouter_refs__", "fields": [
-        {"name": f"f{i}", "type": s} for i, s in enumerate(named.values())] +
-        [{"name": "__root__", "type": raw}]}
-    expanded = fastavro.schema.expand_schema(holder)
-    return expanded["fields"][-1]["type"]
 
 
 def _json(schema_id: int | str, schema_str: str) -> SchemaArtifacts:

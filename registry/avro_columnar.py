@@ -161,9 +161,12 @@ class ColumnarDecoder:
         self.arrow_schema = arrow_schema
         self.fallback = fallback
         self.chunk_rows = min(chunk_rows, MAX_CHUNK)
+        # observability: how often bad input forced the slow paths
+        self.stats = {"reads": 0, "misaligned": 0, "reader_errors": 0, "per_record_rows": 0}
 
     def _read(self, framed: pa.Array, skip: int) -> tuple[pa.Table, int | None]:
         """(table, first row whose record starts at a wrong offset, or None)."""
+        self.stats["reads"] += 1
         block = container_block(framed, skip)
         df = pl.read_avro(io.BytesIO(self.header + block.tobytes()))
         if df.height != len(framed):
@@ -174,6 +177,7 @@ class ColumnarDecoder:
 
     def _per_record(self, framed: pa.Array, skip: int, lo: int, hi: int,
                     batches: list, ok: list, bad: list) -> None:
+        self.stats["per_record_rows"] += hi - lo
         batch, good, failed = self.fallback.decode(framed.slice(lo, hi - lo), skip)
         batches.append(batch)
         ok.append(np.asarray(good, dtype=np.int64) + lo)
@@ -195,6 +199,7 @@ class ColumnarDecoder:
             except BaseException as exc:  # polars panics derive from BaseException
                 if isinstance(exc, _NOT_DATA_ERRORS):
                     raise
+                self.stats["reader_errors"] += 1
                 mid = (lo + hi) // 2
                 self._decode_range(framed, skip, lo, mid, batches, ok, bad)
                 self._decode_range(framed, skip, mid, hi, batches, ok, bad)
@@ -204,6 +209,7 @@ class ColumnarDecoder:
                 ok.append(np.arange(lo, lo + good, dtype=np.int64))
             if misaligned is None:
                 return
+            self.stats["misaligned"] += 1
             self._per_record(framed, skip, lo + good, lo + good + 1, batches, ok, bad)
             lo += good + 1
 

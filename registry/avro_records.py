@@ -84,7 +84,7 @@ class _Compiler:
             if c is not None:
                 convs.append((f["name"], c))
         if not convs:
-            return _unwrap_named
+            return None
 
         def convert(v: Any) -> Any:
             if v is None:

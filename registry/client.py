@@ -157,20 +157,17 @@ class CachedRegistry:
                 self._schemas.setdefault(reg.schema_id, reg.schema)
             return reg
 
-    def _named_references(self, schema: Schema, ref: int | str) -> dict[str, Any] | None:
-        refs = getattr(schema, "references", None) or []
-        if not refs:
-            return None
-        import fastavro
-        from evolution.avro import parse_avro
-        named: dict[str, Any] = {}
-        for r in refs:
+    def _references(self, schema: Schema, ref: int | str, depth: int = 0) -> list[str]:
+        """Schema texts of everything ``schema`` references, dependencies first."""
+        out: list[str] = []
+        if depth > 32:
+            raise RegistryError("schema references nested too deeply", schema_id=ref)
+        for r in getattr(schema, "references", None) or []:
             reg = self._call(lambda r=r: self._client.get_version(r.subject, r.version),
                              schema_id=ref, subject=r.subject)
-            inner = self._named_references(reg.schema, ref) or {}
-            named.update(inner)
-            fastavro.parse_schema(parse_avro(reg.schema.schema_str), named_schemas=named)
-        return named
+            out.extend(self._references(reg.schema, ref, depth + 1))
+            out.append(reg.schema.schema_str)
+        return out
 
     def artifacts(self, ref: int | str) -> SchemaArtifacts:
         """Parsed schema, Iceberg/Arrow shapes and decoder for ``ref``; built once."""
@@ -182,8 +179,8 @@ class CachedRegistry:
             cached = self._artifacts.get(ref)
             if cached is not None:
                 return cached
-            named = self._named_references(schema, ref)
-            art = build_artifacts(ref, schema.schema_type, schema.schema_str, named,
+            refs = self._references(schema, ref)
+            art = build_artifacts(ref, schema.schema_type, schema.schema_str, refs,
                                   columnar=self.columnar)
             self._artifacts[ref] = art
             return art

@@ -25,7 +25,8 @@ import pyarrow as pa
 from registry.artifacts import SchemaArtifacts
 from registry.client import CachedRegistry
 from registry.exceptions import (
-    RegistryError, RegistryUnavailable, SchemaNotFound, UnsupportedSchemaType,
+    DecodeError, RegistryError, RegistryUnavailable, SchemaNotFound, UnsupportedSchemaType,
+    WireFormatError,
 )
 from registry.wire import (
     KEY_SCHEMA_ID_HEADER, TOMBSTONE, VALUE_SCHEMA_ID_HEADER, SchemaRef, as_binary_array,
@@ -66,6 +67,19 @@ class DecodeFailure:
     error_class: str
     reason: str
     transient: bool = False
+
+    def to_exception(self, *, topic: str | None = None, partition: int | None = None,
+                     offset: int | None = None) -> RegistryError:
+        """The matching exception, for callers that raise instead of dead-lettering."""
+        if self.error_class == "wire_format" or self.error_class == "tombstone":
+            return WireFormatError(self.reason, index=self.index, topic=topic,
+                                   partition=partition, offset=offset)
+        if self.error_class == "registry_unavailable":
+            return RegistryUnavailable(self.reason, schema_id=self.schema_id)
+        if self.error_class == "schema_not_found":
+            return SchemaNotFound(schema_id=self.schema_id, reason=self.reason)
+        return DecodeError(f"{self.error_class}: {self.reason}", schema_id=self.schema_id,
+                           topic=topic, partition=partition, offset=offset, index=self.index)
 
 
 @dataclass

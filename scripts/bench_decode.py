@@ -69,7 +69,7 @@ def make_record(rng: random.Random, i: int) -> dict:
         "tags": [f"tag-{rng.randrange(50)}" for _ in range(rng.randrange(1, 6))],
         "address": {"street": f"{rng.randrange(999)} Long Street Name Avenue Block {i % 97}",
                     "city": rng.choice(["Amsterdam", "Berlin", "Copenhagen", "Dublin"]) + " " * 40,
-                    "zip": f"{rng.randrange(99999):05d}", "country": "Country " + "y" * 60},
+                    "zip": f"{rng.randrange(99999):05d}", "country": "Country " + "y" * 60 + " " * rng.randrange(150, 230)},
         "active": bool(i % 2),
     }
 

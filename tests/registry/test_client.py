@@ -140,3 +140,30 @@ def test_unsupported_schema_type_is_a_failure(local_registry):
                                                            "PROTOBUF"))
     res = decode_values(reg, [b"\x00" + sid.to_bytes(4, "big") + b"\x00"])
     assert [(f.error_class, f.transient) for f in res.failures] == [("unsupported_schema", False)]
+
+
+def test_schema_references_are_resolved(local_registry):
+    from confluent_kafka.schema_registry import SchemaReference
+    reg = CachedRegistry(_config(local_registry.url))
+    inner = {"type": "record", "name": "Money", "namespace": "shop",
+             "fields": [{"name": "cents", "type": "long"}, {"name": "ccy", "type": "string"}]}
+    reg.client.register_schema("shop.Money", Schema(json.dumps(inner), "AVRO"))
+    outer = {"type": "record", "name": "Order", "namespace": "shop",
+             "fields": [{"name": "id", "type": "long"}, {"name": "total", "type": "shop.Money"},
+                        {"name": "items", "type": {"type": "array", "items": "shop.Money"}}]}
+    sid = reg.client.register_schema("orders-value", Schema(
+        json.dumps(outer), "AVRO", [SchemaReference("shop.Money", "shop.Money", 1)]))
+    named: dict = {}
+    fastavro.parse_schema(inner, named_schemas=named)
+    full = fastavro.parse_schema(outer, named_schemas=named)
+    recs = [{"id": i, "total": {"cents": i * 100, "ccy": "EUR"},
+             "items": [{"cents": i, "ccy": "USD"}] * (i % 3)} for i in range(50)]
+    values = []
+    for rec in recs:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, full, rec)
+        values.append(b"\x00" + sid.to_bytes(4, "big") + buf.getvalue())
+    res = decode_values(reg, values)
+    assert res.failures == []
+    assert res.groups[0].batch.to_pylist() == recs
+    assert res.groups[0].artifacts.columnar

@@ -7,7 +7,6 @@ import json
 import uuid
 
 import pytest
-from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
