@@ -85,6 +85,9 @@ _COMPILED = [(method, re.compile(pattern + r"/?\Z"), fn) for method, pattern, fn
 class _Handler(BaseHTTPRequestHandler):
     server_version = "icerouter-registry/0.1"
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY every
+    # keep-alive request waits ~40 ms for a delayed ACK (measured 22 req/s)
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt: str, *args) -> None:  # request lines never carry secrets
         log.debug("%s " + fmt, self.address_string(), *args)

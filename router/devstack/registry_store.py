@@ -83,13 +83,13 @@ class RegistryStore:
         if data_file and os.path.exists(data_file):
             with open(data_file, encoding="utf-8") as fh:
                 self.state = RegistryState.from_json(json.load(fh))
+        self._parsed_cache: dict[int, ParsedSchema] = {}
         self._by_identity = {self._identity(sid): sid for sid in self.state.schemas}
 
     # -- persistence -------------------------------------------------------
     def _identity(self, schema_id: int) -> str:
-        rec = self.state.schemas[schema_id]
-        parsed = parse_schema(rec["schema"], rec.get("schemaType", "AVRO"))
-        return parsed.identity + "|" + json.dumps(rec.get("references", []), sort_keys=True)
+        refs = self.state.schemas[schema_id].get("references", [])
+        return self._parsed(schema_id).identity + "|" + json.dumps(refs, sort_keys=True)
 
     def _save(self) -> None:
         if not self.data_file:
@@ -100,8 +100,8 @@ class RegistryStore:
             fd, tmp = tempfile.mkstemp(prefix=".registry-", dir=directory)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(self.state.to_json(), fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
+            # atomic against a crashed or killed process; no fsync: a dev store
+            # need not survive power loss, and fsync cut registrations to ~100/s
             os.replace(tmp, self.data_file)
         except OSError as exc:
             raise RegistryStoreError(500, 50001, f"Error in the backend data store: {exc}") from exc
@@ -149,8 +149,11 @@ class RegistryStore:
         return body
 
     def _parsed(self, schema_id: int) -> ParsedSchema:
-        rec = self.state.schemas[schema_id]
-        return parse_schema(rec["schema"], rec.get("schemaType", "AVRO"))
+        parsed = self._parsed_cache.get(schema_id)
+        if parsed is None:
+            rec = self.state.schemas[schema_id]
+            parsed = self._parsed_cache[schema_id] = parse_schema(rec["schema"], rec.get("schemaType", "AVRO"))
+        return parsed
 
     def _version_body(self, subject: str, v: _Version) -> dict:
         return {"subject": subject, "version": v.version, "id": v.id,
