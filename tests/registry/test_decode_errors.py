@@ -123,18 +123,13 @@ def test_many_random_bad_records_isolated_exactly(setup):
 
 
 def test_trailing_bytes_are_ignored_like_confluent(setup):
-    """polars reads such a block without error but shifts every later record;
-    the check column catches it, fastavro decodes that one record."""
+    """The misaligned record goes to fastavro, which ignores trailing bytes."""
     reg, sid = setup
     values = [_encode(sid, _record(i)) for i in range(100)]
     values[40] = values[40] + b"\x01\x02\x03"
     res = decode_values(reg, values)
     assert res.failures == []
     assert _rows_by_index(res) == {i: _expected(i) for i in range(100)}
-    art = reg.artifacts(sid)
-    if art.columnar:
-        stats = art.decoder.stats
-        assert stats["misaligned"] >= 1 and stats["per_record_rows"] >= 1
 
 
 def test_wire_format_failures_and_tombstones(setup):
