@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from router.source.exceptions import BrokerError, ReadStalledError
 from router.source.offsets import Range
 from router.source.options import KafkaSourceOptions
-from router.source.schema import SPARK_TIMESTAMP_TYPE, kafka_arrow_schema
+from router.source.schema import kafka_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -85,54 +86,52 @@ class _Cursor:
     done: bool = False
     paused: bool = False
 
+    def __post_init__(self) -> None:
+        self.from_offset = self.range.from_offset
+        self.until = self.range.until
+        self.last = self.range.until - 1
+
+
+def _check_start(r: Range, offset: int) -> None:
+    if offset > r.from_offset:
+        log.warning(
+            "%s/%s: offsets [%d, %d) are no longer available (retention or compaction); reading from %d",
+            r.topic, r.partition, r.from_offset, offset, offset,
+        )
+
 
 class _BatchBuilder:
-    """Column lists for one Arrow batch; flushed every BATCH_ROWS rows."""
+    """Accepted messages of one Arrow batch; columns are built with comprehensions at flush."""
 
     def __init__(self) -> None:
         self.schema = kafka_arrow_schema()
-        self.reset()
-
-    def reset(self) -> None:
-        self.keys: list = []
-        self.values: list = []
-        self.topics: list = []
-        self.partitions: list = []
-        self.offsets: list = []
-        self.ts: list = []
-        self.ts_types: list = []
-        self.headers: list = []
+        self.messages: list = []
 
     def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, msg) -> None:
-        ts_type, ts = msg.timestamp()
-        self.keys.append(msg.key())
-        self.values.append(msg.value())
-        self.topics.append(msg.topic())
-        self.partitions.append(msg.partition())
-        self.offsets.append(msg.offset())
-        self.ts.append(ts * 1000 if ts_type else None)
-        self.ts_types.append(SPARK_TIMESTAMP_TYPE[ts_type])
-        self.headers.append(msg.headers() or None)
+        return len(self.messages)
 
     def flush(self) -> pa.RecordBatch:
+        msgs, self.messages = self.messages, []
         s = self.schema
+        stamps = [m.timestamp() for m in msgs]
+        ts_type = pa.array([t for t, _ in stamps], pa.int32())
+        millis = pa.array([ms for _, ms in stamps], pa.int64())
+        available = pc.not_equal(ts_type, 0)
+        micros = pc.if_else(available, pc.multiply(millis, 1000), None).cast(s.field("timestamp").type)
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(self.keys, s.field("key").type),
-                pa.array(self.values, s.field("value").type),
-                pa.array(self.topics, s.field("topic").type),
-                pa.array(self.partitions, s.field("partition").type),
-                pa.array(self.offsets, s.field("offset").type),
-                pa.array(self.ts, s.field("timestamp").type),
-                pa.array(self.ts_types, s.field("timestampType").type),
-                pa.array(self.headers, s.field("headers").type),
+                pa.array([m.key() for m in msgs], s.field("key").type),
+                pa.array([m.value() for m in msgs], s.field("value").type),
+                pa.array([m.topic() for m in msgs], s.field("topic").type),
+                pa.array([m.partition() for m in msgs], s.field("partition").type),
+                pa.array([m.offset() for m in msgs], s.field("offset").type),
+                micros,
+                # confluent-kafka's (0 n/a, 1 create, 2 append) -> Kafka's (-1, 0, 1)
+                pc.subtract(ts_type, 1),
+                pa.array([m.headers() or None for m in msgs], s.field("headers").type),
             ],
             schema=s,
         )
-        self.reset()
         return batch
 
 
@@ -159,6 +158,19 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
         consumer.unassign()
 
 
+def _next_messages(consumer: Consumer, timeout: float) -> list:
+    """What is already fetched, else wait for the first message only.
+
+    ``consume(n, timeout)`` blocks until ``n`` messages or the timeout, which
+    would cost a full timeout at the tail of every task.
+    """
+    messages = consumer.consume(CONSUME_CHUNK, 0)
+    if messages:
+        return messages
+    msg = consumer.poll(timeout)
+    return [msg] if msg is not None else []
+
+
 def _consume(
     consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
@@ -166,7 +178,7 @@ def _consume(
     pending = len(cursors)
     idle = 0
     while pending:
-        messages = consumer.consume(CONSUME_CHUNK, options.poll_timeout)
+        messages = _next_messages(consumer, options.poll_timeout)
         if not messages:
             idle += 1
             if idle >= options.max_idle_polls:
@@ -179,6 +191,7 @@ def _consume(
                 )
             continue
         idle = 0
+        accepted = builder.messages
         for msg in messages:
             cur = cursors.get((msg.topic(), msg.partition()))
             if cur is None or cur.done:
@@ -195,24 +208,18 @@ def _consume(
                 log.warning("retriable Kafka error on %s/%s: %s", msg.topic(), msg.partition(), err.str())
                 continue
             offset = msg.offset()
-            r = cur.range
             if not cur.seen_first:
                 cur.seen_first = True
-                if offset > r.from_offset:
-                    log.warning(
-                        "%s/%s: offsets [%d, %d) are no longer available (retention or compaction); "
-                        "reading from %d",
-                        r.topic, r.partition, r.from_offset, offset, offset,
-                    )
-            if offset < r.from_offset:
+                _check_start(cur.range, offset)
+            if offset < cur.from_offset:
                 continue
-            if offset < r.until:
-                builder.add(msg)
-                if len(builder) >= BATCH_ROWS:
-                    yield builder.flush()
-            if offset >= r.until - 1:
+            if offset < cur.until:
+                accepted.append(msg)
+            if offset >= cur.last:
                 cur.done = True
                 pending -= 1
+        if len(accepted) >= BATCH_ROWS:
+            yield builder.flush()
         # stop fetching partitions that are finished
         finished = [TopicPartition(t, p) for (t, p), c in cursors.items() if c.done and not c.paused]
         if finished and pending:

@@ -1,0 +1,184 @@
+"""Throughput of the Kafka source against the raw confluent-kafka ceiling, measured in one run.
+
+    python scripts/bench_source.py [--records 1000000] [--topics 200] [--partitions 3]
+                                   [--value-bytes 500] [--bootstrap HOST:PORT] [--no-unpacked]
+
+Produces the records (over topics x partitions), then measures:
+  (a) one process consuming every partition with confluent-kafka (the ceiling),
+  (b) the Python Data Source through Spark (local[2], Trigger.AvailableNow, a
+      foreachBatch that counts rows with an Arrow-native mapInArrow),
+  (c) optionally the same with one Spark task per topic-partition (no packing),
+and prints records/s and the ratios to (a). Without --bootstrap a local
+noida-db broker is started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import pyarrow as pa  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+def produce(conf: dict, topics: list[str], partitions: int, records: int, value_bytes: int) -> float:
+    admin = AdminClient(conf)
+    for fut in admin.create_topics([NewTopic(t, partitions, 1) for t in topics], operation_timeout=60).values():
+        fut.result(timeout=60)
+    producer = Producer({**conf, "linger.ms": "20", "batch.num.messages": "10000", "queue.buffering.max.messages": "500000"})
+    value = os.urandom(value_bytes // 2).hex().encode()[:value_bytes]
+    started = time.perf_counter()
+    n_tp = len(topics) * partitions
+    for i in range(records):
+        tp = i % n_tp
+        while True:
+            try:
+                producer.produce(topics[tp // partitions], value=value, key=b"%d" % i, partition=tp % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.perf_counter() - started
+
+
+def raw_consume(conf: dict, topics: list[str], partitions: int, expected: int) -> float:
+    consumer = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex[:6]}", "enable.auto.commit": "false",
+                         "enable.partition.eof": "true", "auto.offset.reset": "earliest"})
+    tps = [TopicPartition(t, p, 0) for t in topics for p in range(partitions)]
+    consumer.assign(tps)
+    started = time.perf_counter()
+    seen = eof = 0
+    nbytes = 0
+    while eof < len(tps):
+        batch = consumer.consume(10000, 0) or [m for m in [consumer.poll(1.0)] if m is not None]
+        for msg in batch:
+            err = msg.error()
+            if err is None:
+                seen += 1
+                nbytes += len(msg.value())
+            elif err.code() == KafkaError._PARTITION_EOF:
+                eof += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    assert seen == expected, f"raw consumer saw {seen} of {expected}"
+    return elapsed
+
+
+def count_rows(batches):
+    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
+
+
+def spark_run(spark, options, checkpoint: str) -> tuple[float, int, int]:
+    from router.source import kafka_stream
+
+    total = [0]
+    batches = [0]
+
+    def sink(batch_df, batch_id):
+        counted = batch_df.mapInArrow(count_rows, "n long").toArrow()
+        total[0] += sum(counted.column("n").to_pylist())
+        batches[0] += 1
+
+    started = time.perf_counter()
+    query = (
+        kafka_stream(spark, options, force_python=True)
+        .writeStream.foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception():
+        raise query.exception()
+    return time.perf_counter() - started, total[0], batches[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--topics", type=int, default=200)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--value-bytes", type=int, default=500)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--no-unpacked", action="store_true", help="skip run (c), one task per topic-partition")
+    args = ap.parse_args(argv)
+
+    broker = None
+    if args.bootstrap:
+        conf = {"bootstrap.servers": args.bootstrap}
+    else:
+        from router.devstack.broker import LocalBroker, client_config
+
+        broker = LocalBroker(tempfile.mkdtemp(prefix="bench-source-broker-"))
+        broker.start()
+        conf = client_config(broker.bootstrap)
+    conf = {k: str(v) for k, v in conf.items()}
+    try:
+        return run(args, conf)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def run(args, conf: dict) -> int:
+    from pyspark.sql import SparkSession
+
+    from router.source import KafkaSourceOptions
+
+    prefix = f"bench-{uuid.uuid4().hex[:6]}"
+    topics = [f"{prefix}-{i:03d}" for i in range(args.topics)]
+    n_tp = args.topics * args.partitions
+    print(f"producing {args.records:,} records of {args.value_bytes} B over {args.topics} topics x "
+          f"{args.partitions} partitions ...", flush=True)
+    produced_in = produce(conf, topics, args.partitions, args.records, args.value_bytes)
+    print(f"  produced in {produced_in:.1f} s ({args.records / produced_in:,.0f} rec/s)")
+
+    raw_s = raw_consume(conf, topics, args.partitions, args.records)
+    raw_rate = args.records / raw_s
+    print(f"(a) raw confluent-kafka, one process: {raw_s:.2f} s, {raw_rate:,.0f} rec/s")
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    bootstrap = conf["bootstrap.servers"]
+    client = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    with tempfile.TemporaryDirectory(prefix="bench-source-ck-") as ck:
+        # warm-up: JVM, Python workers and the first-batch planning are not part of the rate
+        warm = KafkaSourceOptions(bootstrap, topics=(topics[0],), client_config=client)
+        spark_run(spark, warm, f"{ck}/warm")
+
+        options = KafkaSourceOptions(bootstrap, pattern=f"{prefix}-.*", client_config=client)
+        packed_s, rows, batches = spark_run(spark, options, f"{ck}/packed")
+        assert rows == args.records, f"source read {rows} of {args.records}"
+        rate = rows / packed_s
+        tasks = 2 * spark.sparkContext.defaultParallelism
+        print(f"(b) icerouter-kafka via Spark availableNow, {tasks} packed tasks: {packed_s:.2f} s, "
+              f"{rate:,.0f} rec/s, {batches} batch(es); ratio to (a): {rate / raw_rate:.2f}")
+
+        if not args.no_unpacked:
+            unpacked = KafkaSourceOptions(bootstrap, pattern=f"{prefix}-.*", client_config=client, target_tasks=n_tp)
+            one_s, rows, _ = spark_run(spark, unpacked, f"{ck}/unpacked")
+            assert rows == args.records
+            print(f"(c) same, one task per topic-partition ({n_tp} tasks): {one_s:.2f} s, "
+                  f"{rows / one_s:,.0f} rec/s; packed is {one_s / packed_s:.2f}x faster")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
