@@ -79,9 +79,10 @@ def avro_reader_problems(reader: avro.schema.Schema, writer: avro.schema.Schema)
     result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
     if result.compatibility is SchemaCompatibilityType.compatible:
         return []
-    kinds = [getattr(k, "value", str(k)) for k in result.incompatibilities]
-    return [f"{kind} at {loc}: {msg}" for kind, loc, msg in
-            zip(kinds, sorted(result.locations), sorted(result.messages))] or ["incompatible"]
+    kinds = sorted({getattr(k, "value", str(k)) for k in result.incompatibilities}) or ["incompatible"]
+    # avro reports kinds, messages and locations as separate collections: keep them side by side
+    return [f"{', '.join(kinds)}: {'; '.join(sorted(map(str, result.messages)))} "
+            f"at {', '.join(sorted(map(str, result.locations)))}"]
 
 
 def json_reader_problems(reader: object, writer: object, path: str = "#") -> list[str]:
