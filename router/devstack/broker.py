@@ -17,7 +17,8 @@ Measured quirks of noida-db 0.2.3 (checked by tests/router/devstack/test_stack.p
   (producers need ``message.max.bytes`` raised too, also in ``CLIENT_QUIRKS``).
 * Producing to an unknown topic auto-creates it with one partition; create
   topics explicitly when the partition count matters.
-* Topic deletion through the AdminClient works; list-offsets (watermarks,
+* Topic deletion through the AdminClient works, also under a live consumer
+  (it keeps polling without error); list-offsets (watermarks,
   offsets-for-times) are right.
 * Storage is in memory, snapshotted to one JSON file (``data/kafka.json``):
   memory grows with the data kept, and a clean shutdown rewrites the whole

@@ -129,13 +129,18 @@ def test_broker_quirks_auto_create_offsets_delete(broker):
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 5)
         found = consumer.offsets_for_times([TopicPartition(topic, 0, before + 2500)], timeout=10)
         assert found[0].offset == 3
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        assert consumer.poll(10).value() == b"v0"
+        # deleting the topic under a live consumer: no crash, no error surfaced
+        broker.delete_topics([topic])
+        deadline = time.monotonic() + 10
+        while topic in broker.admin().list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert topic not in broker.admin().list_topics(timeout=10).topics
+        polled = [consumer.poll(0.5) for _ in range(4)]
+        assert all(m is None or m.error() is None for m in polled)
     finally:
         consumer.close()
-    broker.delete_topics([topic])
-    deadline = time.monotonic() + 10
-    while topic in broker.admin().list_topics(timeout=10).topics and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert topic not in broker.admin().list_topics(timeout=10).topics
 
 
 @pytest.mark.slow
