@@ -171,9 +171,10 @@ class ColumnarDecoder:
         df = pl.read_avro(io.BytesIO(self.header + block.tobytes()))
         if df.height != len(framed):
             raise ValueError(f"reader returned {df.height} rows for {len(framed)} records")
-        check = df.get_column(CHECK_FIELD).to_numpy()
+        table = df.to_arrow()
+        check = table.column(0).to_numpy()
         bad = np.flatnonzero(check != SALT + np.arange(len(framed), dtype=np.int64))
-        return df.drop(CHECK_FIELD).to_arrow(), (int(bad[0]) if len(bad) else None)
+        return table.drop_columns([CHECK_FIELD]), (int(bad[0]) if len(bad) else None)
 
     def _per_record(self, framed: pa.Array, skip: int, lo: int, hi: int,
                     batches: list, ok: list, bad: list) -> None:
