@@ -11,12 +11,13 @@ is no longer live aborts the compaction and leaves the table unchanged.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
 import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from urllib.parse import urlparse
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -32,6 +33,9 @@ from router.commit import expire_snapshots
 from router.config import MaintenanceConfig
 from router.exceptions import RouterError
 from router.tables import backoff
+
+if TYPE_CHECKING:
+    from router.config import RouterConfig
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -179,29 +183,43 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, wri
 
 def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: int | None = None,
             attempts: int = COMMIT_ATTEMPTS) -> CompactionResult:
-    """Rewrite the groups and commit one atomic replace snapshot (refresh + retry on conflicts)."""
+    """Rewrite the groups and commit them as one atomic replace snapshot (refresh + retry on conflicts)."""
     started = time.perf_counter()
     result = CompactionResult(groups=len(groups))
     if not groups:
         return result
     target = target_file_size_bytes or max(g.input_bytes for g in groups)
-    write_uuid, counter = uuid.uuid4(), iter(range(1 << 30))
-    old = [f for g in groups for f in g.files]
-    spec_id = table.metadata.default_spec_id
-    new: list[DataFile] = []
+    write_uuid, counter, spec_id = uuid.uuid4(), itertools.count(), table.metadata.default_spec_id
+    old, new = [f for g in groups for f in g.files], []
     try:
         for group in groups:
             new += _write_group(table, group, target, write_uuid, counter)
+        if sum(f.record_count for f in new) != sum(f.record_count for f in old):
+            raise MaintenanceError("rewritten files do not hold the same number of rows", table=_name(table))
     except BaseException:
         _delete(table, [f.file_path for f in new])
         raise
+    try:
+        result.snapshot_id, result.attempts = _commit_replace(table, old, new, spec_id, attempts)
+    except MaintenanceError:  # the commit did not land, so the new files are referenced by nothing
+        _delete(table, [f.file_path for f in new])
+        raise
+    result.files_removed, result.files_added = len(old), len(new)
+    result.bytes_removed = sum(f.file_size_in_bytes for f in old)
+    result.bytes_added = sum(f.file_size_in_bytes for f in new)
+    result.rows = sum(f.record_count for f in new)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: int, attempts: int) -> tuple[int, int]:
+    """Commit old -> new; on a conflict refresh and retry, re-checking that every old file is still live."""
     for attempt in range(attempts):
-        result.attempts = attempt + 1
+        if attempt:
+            table.refresh()
+        if table.metadata.default_spec_id != spec_id:
+            raise CompactionConflict("the partition spec changed during compaction", table=_name(table))
         try:
-            if attempt:
-                table.refresh()
-            if table.metadata.default_spec_id != spec_id:
-                raise CompactionConflict("partition spec changed during compaction", table=_name(table))
             with table.transaction() as tx:
                 replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
                                         snapshot_properties=dict(COMPACTION_SUMMARY))
@@ -210,25 +228,16 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
                 for f in new:
                     replace.append_data_file(f)
                 replace.commit()
-            table.refresh()
-            _drop_intermediate_manifests(table, replace)
-            break
+        except ValidationException as exc:
+            raise CompactionConflict(f"replaced files are no longer live: {exc}", table=_name(table)) from None
         except CommitFailedException as exc:
             log.info("compaction of %s conflicted (attempt %d): %s", _name(table), attempt + 1, exc)
-            if attempt + 1 == attempts:
-                _delete(table, [f.file_path for f in new])
-                raise CompactionConflict("commit kept conflicting", table=_name(table), attempts=attempts) from None
             backoff(attempt, base=0.05, cap=2.0)
-        except (ValidationException, CompactionConflict) as exc:
-            _delete(table, [f.file_path for f in new])
-            raise CompactionConflict(f"replaced files are no longer live: {exc}", table=_name(table)) from None
-    result.snapshot_id = replace.snapshot_id
-    result.files_removed, result.files_added = len(old), len(new)
-    result.bytes_removed = sum(f.file_size_in_bytes for f in old)
-    result.bytes_added = sum(f.file_size_in_bytes for f in new)
-    result.rows = sum(f.record_count for f in new)
-    result.seconds = time.perf_counter() - started
-    return result
+            continue
+        table.refresh()
+        _drop_intermediate_manifests(table, replace)
+        return replace.snapshot_id, attempt + 1
+    raise CompactionConflict("the commit kept conflicting", table=_name(table), attempts=attempts)
 
 
 def _drop_intermediate_manifests(table, producer: _ReplaceFiles) -> None:
@@ -305,26 +314,42 @@ def referenced_files(table) -> set[str]:
     paths.update(entry.metadata_file for entry in metadata.metadata_log)
     paths.update(s.statistics_path for s in getattr(metadata, "statistics", []) or [])
     paths.update(s.statistics_path for s in getattr(metadata, "partition_statistics", []) or [])
-    return {_local_path(p) for p in paths}
+    return paths
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def remove_orphans(table, older_than_seconds: float, dry_run: bool = False) -> list[str]:
-    """Delete (or list) files under the data and metadata paths no metadata references."""
+    """Delete (or list) files under the data and metadata paths that no metadata references.
+
+    Files are matched by inode, not by path spelling (symlinks, `..`, URI forms); if a live data
+    file cannot be found that way, nothing is deleted.
+    """
     table.refresh()
     provider = table.location_provider()
-    roots = {_local_path(provider.data_path), _local_path(provider.metadata_path)}
-    referenced = referenced_files(table)
+    roots = sorted({_local_path(provider.data_path), _local_path(provider.metadata_path)})
+    referenced = {_identity(_local_path(p)) for p in referenced_files(table)}
+    live = [task.file.file_path for task in table.scan().plan_files()] if table.current_snapshot() else []
+    lost = [p for p in live if _identity(_local_path(p)) is None]
+    if lost:
+        raise MaintenanceError("live data files not found on disk; not removing orphans", table=_name(table),
+                               missing=lost[0], count=len(lost))
     cutoff = time.time() - older_than_seconds
     orphans = []
-    for root in sorted(roots):
+    for root in roots:
         for directory, _, names in os.walk(root):
-            for name in names:
-                path = os.path.join(directory, name)
+            for path in (os.path.join(directory, name) for name in names):
                 try:
-                    old_enough = os.stat(path).st_mtime < cutoff
+                    st = os.stat(path)
                 except FileNotFoundError:
                     continue
-                if old_enough and path not in referenced:
+                if st.st_mtime < cutoff and (st.st_dev, st.st_ino) not in referenced:
                     orphans.append(path)
     if not dry_run:
         for path in orphans:
@@ -390,7 +415,10 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False,
     else:
         report.expired_snapshots = expire(table, retain, age).expired
         report.planned_groups = plan_compaction(table.refresh(), config.target_file_size_bytes)
-        report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
+        try:
+            report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
+        except CompactionConflict as exc:  # the table is unchanged; the next run plans afresh
+            report.notes.append(f"compaction skipped: {exc.message}")
         if report.compaction.files_added:
             report.expired_snapshots += expire(table.refresh(), retain, age).expired
     if orphans:
@@ -409,19 +437,23 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False,
 # ----------------------------------------------------------------------------- many tables
 
 def list_tables(catalog, pattern: str = "*") -> list[str]:
-    """"ns.table" names of every namespace (nested too) matching a glob."""
-    names, pending = [], list(catalog.list_namespaces())
+    """"ns.table" names in every namespace (nested too) that match a glob."""
+    names: set[str] = set()
+    pending, seen = list(catalog.list_namespaces()), set()
     while pending:
-        namespace = pending.pop()
+        namespace = tuple(pending.pop())
+        if namespace in seen:
+            continue
+        seen.add(namespace)
         try:
-            pending += [n for n in catalog.list_namespaces(namespace) if tuple(n) != tuple(namespace)]
+            pending += catalog.list_namespaces(namespace)
         except Exception:  # catalogs without nested namespaces
             pass
-        names += [".".join(ident) for ident in catalog.list_tables(namespace)]
-    return sorted(n for n in set(names) if fnmatch.fnmatchcase(n, pattern))
+        names.update(".".join(ident) for ident in catalog.list_tables(namespace))
+    return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
 
 
-def maintain_command(config, table_pattern: str = "*", dry_run: bool = False) -> str:
+def maintain_command(config: RouterConfig, table_pattern: str = "*", dry_run: bool = False) -> str:
     """`icerouter maintain`: maintain every matching table; one failure does not stop the others."""
     catalog = config.catalog.load()
     reports = []
@@ -476,9 +508,13 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
 
 
 class MaintenanceScheduler:
-    """Compacts the job's tables at most once per interval, from the driver, after commits."""
+    """Maintains the job's tables at most once per interval each, called from the driver after commits.
 
-    def __init__(self, config, interval_seconds: float = 600.0, max_tables_per_run: int = 2,
+    A table's clock starts when it is first seen; each call runs at most `max_tables_per_run`
+    overdue tables (longest waiting first) so one call never stalls the stream for long.
+    """
+
+    def __init__(self, config: RouterConfig, interval_seconds: float = 600.0, max_tables_per_run: int = 2,
                  clock: Callable[[], float] = time.monotonic):
         self.config, self.interval, self.max_tables, self.clock = config, interval_seconds, max_tables_per_run, clock
         self.last_run: dict[str, float] = {}

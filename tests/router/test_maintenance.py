@@ -339,3 +339,36 @@ def test_cli_maintain_end_to_end(tmp_path):
 
     none = run("--table", "nothing.*")
     assert none.returncode == 0 and "no tables match" in none.stdout
+
+
+def test_files_of_an_older_partition_spec_are_rewritten_into_the_current_one(catalog, unique_name):
+    ns = unique_name("spec")
+    catalog.create_namespace(ns)
+    table = catalog.create_table(f"{ns}.events", schema=_schema())  # unpartitioned at first
+    for b in range(4):
+        table.append(_batch(b, evolved=False))
+    with table.update_spec() as update:
+        update.add_field("ts", DayTransform(), "ts_day")
+    for b in range(4, 8):
+        table.append(_batch(b, evolved=False))
+    data, duck = rows(table), duck_rows(table)
+    groups = plan_compaction(table, MiB)
+    assert {g.spec_id for g in groups} == {0, 1} and len(groups) == 1 + DAYS
+
+    compact(table, groups, MiB)
+
+    assert rows(table) == data and duck_rows(table) == duck
+    files = [t.file for t in table.refresh().scan().plan_files()]
+    # the unpartitioned group lands as one file per day, next to each day's rewritten files
+    assert len(files) == 2 * DAYS and {f.spec_id for f in files} == {table.spec().spec_id}
+    compact(table, plan_compaction(table, MiB), MiB)
+    assert len(live_paths(table)) == DAYS and rows(table) == data
+
+
+def test_orphan_removal_refuses_when_live_files_are_missing(catalog, unique_name):
+    table = build_table(catalog, unique_name("lost"), batches=2)
+    stray = stray_file(table, "orphan-old.parquet", old=True)
+    os.remove(sorted(live_paths(table))[0])
+    with pytest.raises(MaintenanceError, match="live data files not found"):
+        remove_orphans(table, 3600)
+    assert os.path.exists(stray)
