@@ -40,6 +40,9 @@ __all__ = ["SYNC", "SALT", "CHECK_FIELD", "columnar_supported", "container_heade
 
 SYNC = bytes(range(0xA0, 0xB0))
 SMALL_RANGE = 16
+# ranges where polars failed but fastavro decoded every record: after this many
+# the schema is assumed unreadable by polars and decoded per record from then on
+MAX_READER_DISAGREEMENTS = 3
 CHECK_FIELD = "__icerouter_check"
 SALT = (1 << 32) + 0x5A3C_96E1          # zigzag(SALT + i) takes exactly 5 varint bytes
 CHECK_BYTES = 5
@@ -115,6 +118,8 @@ def columnar_supported(schema: Any) -> bool:
     no multi-branch unions)."""
     if not (isinstance(schema, dict) and schema.get("type") in ("record", "error")):
         return False
+    if any(f.get("name") == CHECK_FIELD for f in schema.get("fields", [])):
+        return False
     return _walk_ok(schema, set())
 
 
@@ -129,8 +134,11 @@ def _walk_ok(node: Any, seen: set) -> bool:
         return _walk_ok(kind, seen)
     if kind == "map":
         return False
-    if node.get("logicalType") in ("timestamp-nanos", "local-timestamp-nanos"):
+    logical = node.get("logicalType")
+    if logical in ("timestamp-nanos", "local-timestamp-nanos", "duration"):
         return False
+    if logical == "decimal" and not 0 < int(node.get("precision", 0)) <= 38:
+        return False     # mapped to plain bytes; polars panics on it
     if kind == "array":
         return _walk_ok(node["items"], seen)
     if kind in ("record", "error"):
@@ -162,7 +170,9 @@ class ColumnarDecoder:
         self.fallback = fallback
         self.chunk_rows = min(chunk_rows, MAX_CHUNK)
         # observability: how often bad input forced the slow paths
-        self.stats = {"reads": 0, "misaligned": 0, "reader_errors": 0, "per_record_rows": 0}
+        self.stats = {"reads": 0, "misaligned": 0, "reader_errors": 0, "per_record_rows": 0,
+                      "reader_disagreements": 0}
+        self.disabled = False
 
     def _read(self, framed: pa.Array, skip: int) -> tuple[pa.Table, int | None]:
         """(table, first row whose record starts at a wrong offset, or None)."""
@@ -177,9 +187,13 @@ class ColumnarDecoder:
         return table.drop_columns([CHECK_FIELD]), (int(bad[0]) if len(bad) else None)
 
     def _per_record(self, framed: pa.Array, skip: int, lo: int, hi: int,
-                    batches: list, ok: list, bad: list) -> None:
+                    batches: list, ok: list, bad: list, after_error: bool = False) -> None:
         self.stats["per_record_rows"] += hi - lo
         batch, good, failed = self.fallback.decode(framed.slice(lo, hi - lo), skip)
+        if after_error and not failed:
+            self.stats["reader_disagreements"] += 1
+            if self.stats["reader_disagreements"] >= MAX_READER_DISAGREEMENTS:
+                self.disabled = True
         batches.append(batch)
         ok.append(np.asarray(good, dtype=np.int64) + lo)
         bad.extend((pos + lo, reason) for pos, reason in failed)
@@ -187,7 +201,7 @@ class ColumnarDecoder:
     def _decode_range(self, framed: pa.Array, skip: int, lo: int, hi: int,
                       batches: list, ok: list, bad: list) -> None:
         while lo < hi:
-            if hi - lo <= SMALL_RANGE:
+            if hi - lo <= SMALL_RANGE or self.disabled:
                 self._per_record(framed, skip, lo, hi, batches, ok, bad)
                 return
             try:
@@ -201,6 +215,9 @@ class ColumnarDecoder:
                 if isinstance(exc, _NOT_DATA_ERRORS):
                     raise
                 self.stats["reader_errors"] += 1
+                if hi - lo <= 2 * SMALL_RANGE:
+                    self._per_record(framed, skip, lo, hi, batches, ok, bad, after_error=True)
+                    return
                 mid = (lo + hi) // 2
                 self._decode_range(framed, skip, lo, mid, batches, ok, bad)
                 self._decode_range(framed, skip, mid, hi, batches, ok, bad)
@@ -234,6 +251,3 @@ class ColumnarDecoder:
         positions = np.concatenate(ok) if ok else np.zeros(0, dtype=np.int64)
         return batch, positions, sorted(bad)
 
-
-def schema_json(raw: Any) -> str:
-    return raw if isinstance(raw, str) else json.dumps(raw)

@@ -60,7 +60,11 @@ class _Compiler:
             full, inner_ns = self.define(node, ns)
             if kind in ("record", "error"):
                 return self.record(node, inner_ns, target)
+            if logical == "decimal" and not pa.types.is_decimal(target):
+                return _decimal_to_bytes(int(node.get("scale", 0)), int(node["size"]))
             return None
+        if logical == "decimal" and not pa.types.is_decimal(target):
+            return _decimal_to_bytes(int(node.get("scale", 0)), node.get("size"))
         if logical == "uuid" and kind == "string":
             return lambda v: None if v is None else str(v)
         if logical in ("timestamp-nanos", "local-timestamp-nanos") and kind == "long":
@@ -122,6 +126,17 @@ class _Compiler:
                     return {name: c(v) if c else v}
             raise ValueError(f"value {v!r} matches no union branch")
         return convert
+
+
+def _decimal_to_bytes(scale: int, size: int | None) -> Callable[[Any], Any]:
+    """A decimal whose logical type the table ignores (e.g. precision > 38) stays raw bytes."""
+    def conv(v: Any) -> Any:
+        if v is None or isinstance(v, bytes):
+            return v
+        unscaled = int(v.scaleb(scale))
+        n = size or max(1, (unscaled.bit_length() + 8) // 8)
+        return unscaled.to_bytes(n, "big", signed=True)
+    return conv
 
 
 def _unwrap_named(v: Any) -> Any:

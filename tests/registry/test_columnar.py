@@ -1,6 +1,7 @@
 """The columnar (polars) path detects misaligned records that polars itself misses."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -9,7 +10,7 @@ import polars as pl
 import pyarrow as pa
 
 from registry.artifacts import build_artifacts
-from registry.avro_columnar import SYNC, _varint, container_header
+from registry.avro_columnar import SYNC, ColumnarDecoder, _varint, container_header
 
 SCHEMA = {"type": "record", "name": "Longs", "fields": [
     {"name": "a", "type": "long"}, {"name": "b", "type": "long"}]}
@@ -55,3 +56,44 @@ def test_reader_errors_are_bisected_to_the_bad_record():
     assert [pos for pos, _ in bad] == [777]
     assert sorted(positions.tolist()) == [i for i in range(1_000) if i != 777]
     assert art.decoder.stats["per_record_rows"] <= 32
+
+
+def test_schema_polars_cannot_read_falls_back_to_per_record_for_good():
+    """If polars fails where fastavro decodes everything, stop asking polars."""
+    schema = {"type": "record", "name": "Dur", "fields": [
+        {"name": "a", "type": "long"},
+        {"name": "d", "type": {"type": "fixed", "name": "D12", "size": 12, "logicalType": "duration"}}]}
+    art = build_artifacts(1, "AVRO", json.dumps(schema))
+    assert not art.columnar                      # known: polars panics on duration
+    records = art.decoder.inner                  # build the columnar decoder anyway
+    art = dataclasses.replace(art, decoder=ColumnarDecoder(schema, art.arrow_schema, records))
+    recs = [{"a": i, "d": bytes(range(12))} for i in range(3_000)]
+    framed = []
+    for rec in recs:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, rec)
+        framed.append(b"\x00\x00\x00\x00\x01" + buf.getvalue())
+    batch, positions, bad = art.decoder.decode(pa.array(framed, type=pa.binary()), 5)
+    assert bad == [] and sorted(positions.tolist()) == list(range(3_000))
+    rows = dict(zip(positions.tolist(), batch.to_pylist()))
+    assert rows == dict(enumerate(recs))
+    assert art.decoder.disabled
+    assert art.decoder.stats["reader_disagreements"] == 3
+    assert art.decoder.stats["reads"] < 30
+
+
+def test_decimal_beyond_iceberg_precision_stays_bytes():
+    schema = {"type": "record", "name": "Big", "fields": [
+        {"name": "b", "type": {"type": "bytes", "logicalType": "decimal", "precision": 50, "scale": 2}},
+        {"name": "f", "type": {"type": "fixed", "name": "F", "size": 24, "logicalType": "decimal",
+                               "precision": 55, "scale": 0}}]}
+    art = build_artifacts(1, "AVRO", json.dumps(schema))
+    assert not art.columnar and str(art.arrow_schema.field("b").type) == "large_binary"
+    buf = io.BytesIO()
+    from decimal import Decimal
+    fastavro.schemaless_writer(buf, schema, {"b": Decimal("-1.25"), "f": Decimal(10 ** 40)})
+    batch, positions, bad = art.decoder.decode(pa.array([b"\x00\x00\x00\x00\x01" + buf.getvalue()]), 5)
+    assert bad == []
+    row = batch.to_pylist()[0]
+    assert int.from_bytes(row["b"], "big", signed=True) == -125
+    assert row["f"] == (10 ** 40).to_bytes(24, "big", signed=True)
