@@ -167,3 +167,19 @@ def test_schema_references_are_resolved(local_registry):
     assert res.failures == []
     assert res.groups[0].batch.to_pylist() == recs
     assert res.groups[0].artifacts.columnar
+
+
+def test_concurrent_decoding_fetches_each_schema_once(local_registry):
+    from concurrent.futures import ThreadPoolExecutor
+    reg = CachedRegistry(_config(local_registry.url))
+    schemas = [dict(_schema(1), name=f"Conc{k}") for k in range(4)]
+    sids = [_register(reg, f"conc{k}-value", s) for k, s in enumerate(schemas)]
+    values = [_framed(sids[i % 4], schemas[i % 4], {"a": i}) for i in range(2_000)]
+    before = local_registry.state.requests
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: decode_values(reg, values), range(16)))
+    for res in results:
+        assert res.failures == [] and res.decoded_rows == 2_000
+        for g in res.groups:
+            assert g.batch.column("a").to_pylist() == g.indices.tolist()
+    assert local_registry.state.requests - before == 4     # one GET per schema id
