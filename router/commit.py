@@ -22,6 +22,7 @@ from typing import Iterable
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
 from router.config import CatalogConfig, MaintenanceConfig
+from router.faults import crash_point
 from router.tables import backoff, load_table
 from router.writer import TableResult
 
@@ -102,6 +103,7 @@ def commit_table(catalog: CatalogConfig, result: TableResult, job: str, batch_id
             table = load_table(catalog, result.table, refresh=True)
             outcome.status = "committed"
             outcome.snapshot_id = table.metadata.current_snapshot_id
+            crash_point("commit")
             break
         except NoSuchTableError as exc:
             last_error = exc

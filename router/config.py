@@ -94,7 +94,18 @@ class CatalogConfig:
     def load(self):
         from pyiceberg.catalog import load_catalog
 
-        return load_catalog(self.name, **{k: str(v) for k, v in self.properties.items()})
+        props = {k: str(v) for k, v in self.properties.items()}
+        _ensure_local_dirs(props)
+        return load_catalog(self.name, **props)
+
+
+def _ensure_local_dirs(props: Mapping[str, str]) -> None:
+    """Create the folders of a local SQLite catalog / file warehouse so first runs just work."""
+    uri, warehouse = props.get("uri", ""), props.get("warehouse", "")
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if warehouse.startswith("file://"):
+        Path(warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,7 @@ class TablesConfig:
     partition_by: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
     case_sensitive: bool = True
+    metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
 
 
 @dataclass(frozen=True)
@@ -291,11 +303,11 @@ def _job(data: Any, base: Path) -> JobConfig:
 
 def _tables(data: Any) -> TablesConfig:
     s = _Section(data, "tables", ("auto_create", "default_namespace", "allowed_namespaces", "partition_by",
-                                  "properties", "case_sensitive"))
+                                  "properties", "case_sensitive", "metadata_columns"))
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
                         tuple(s.get("allowed_namespaces", [], list)), tuple(s.get("partition_by", [], list)),
                         {k: str(v) for k, v in s.mapping("properties").items()},
-                        bool(s.get("case_sensitive", True, bool)))
+                        bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)))
 
 
 def _routes(items: list) -> tuple[RouteConfig, ...]:

@@ -23,7 +23,7 @@ from typing import Any
 from router.commit import CommitReport, SnapshotExpirer, commit_all
 from router.config import RouterConfig
 from router.routes import RoutingTable
-from router.writer import DispatchContext, TableResult, process_partition
+from router.writer import STATS_ROW, DispatchContext, TableResult, process_partition
 
 log = logging.getLogger("icerouter.job")
 
@@ -48,6 +48,7 @@ class BatchStats:
     commit_seconds: float = 0.0
     total_seconds: float = 0.0
     attempts: int = 1
+    task_seconds: dict = dataclasses.field(default_factory=dict)
     failed_tables: dict = dataclasses.field(default_factory=dict)
     changes: dict = dataclasses.field(default_factory=dict)
 
@@ -55,7 +56,8 @@ class BatchStats:
         return (f"batch {self.batch_id}: {self.rows_written} rows -> {self.tables_committed} tables "
                 f"({self.tables_skipped} already committed, {self.tables_failed} failed), "
                 f"{self.dead_letters} dead letters; dispatch {self.dispatch_seconds:.2f}s "
-                f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s")
+                f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s; task time "
+                + " ".join(f"{k} {v:.2f}s" for k, v in self.task_seconds.items()))
 
 
 class Dispatcher:
@@ -72,6 +74,7 @@ class Dispatcher:
         self.totals = {"rows": 0, "dead_letters": 0, "batches": 0}
         self.table_rows: dict[str, int] = {}
         self.listeners: list = []
+        self.last_timings: dict = {}
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
         dlq_producer = None
@@ -88,7 +91,12 @@ class Dispatcher:
         fn = functools.partial(process_partition, ctx=ctx)
         rows = df.mapInArrow(fn, _spark_schema()).collect()
         merged: dict[str, TableResult] = {}
+        self.last_timings = {}
         for row in rows:
+            if row["table"] == STATS_ROW:
+                for key, value in pickle.loads(row["descriptor"]).items():
+                    self.last_timings[key] = self.last_timings.get(key, 0) + value
+                continue
             result: TableResult = pickle.loads(row["descriptor"])
             if result.table in merged:
                 merged[result.table].merge(result)
@@ -117,6 +125,8 @@ class Dispatcher:
         job = self.config.job
         results = self.dispatch_with_retry(df, self.context(batch_id), stats)
         stats.dispatch_seconds = time.perf_counter() - started
+        stats.records = int(self.last_timings.get("records", 0))
+        stats.task_seconds = {k: round(v, 3) for k, v in self.last_timings.items() if k != "records"}
         dlq_table = self.config.dlq.table
         dlq_result = results.pop(dlq_table, None) if dlq_table else None
 

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.schema import Schema
 
+from evolution.exceptions import ApplyError
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode
 from router.config import CatalogConfig, TablesConfig
@@ -106,8 +107,8 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                 apply_plan(tx, plan, case_sensitive=case_sensitive)
             decision.changes += [c.describe() for c in plan.changes]
             log.info("evolved %s: %s", table_id, "; ".join(c.describe() for c in plan.changes))
-        except CommitFailedException:
-            backoff(attempt)
+        except (CommitFailedException, ApplyError):
+            backoff(attempt)  # someone else changed the schema: refresh and re-plan
         table = load_table(catalog, table_id, refresh=True)
         current = table.schema()
     raise CommitFailedException(f"schema of {table_id} kept changing under us; gave up after "

@@ -11,11 +11,14 @@ stay local to their records or their table and become dead letters.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.schema import Schema
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from router.align import align_table
 from router.dlq import DeadLetter
@@ -40,6 +43,27 @@ def schema_id_headers(headers) -> list | None:
     return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
 
 
+KAFKA_METADATA = (("_kafka_topic", "topic", StringType()), ("_kafka_partition", "partition", IntegerType()),
+                  ("_kafka_offset", "offset", LongType()), ("_kafka_timestamp", "timestamp", TimestamptzType()))
+
+
+def with_kafka_metadata(batch, schema, source: pa.Table, rows: pa.Array):
+    """Append the record's Kafka coordinates, so every row can be traced to (topic, partition, offset)."""
+    picked = source.select([c for _, c, _ in KAFKA_METADATA]).take(rows)
+    names = list(batch.schema.names)
+    arrays = [batch.column(i) for i in range(batch.num_columns)]
+    fields = list(schema.fields)
+    next_id = schema.highest_field_id
+    for name, column, itype in KAFKA_METADATA:
+        if name in names:
+            continue
+        next_id += 1
+        names.append(name)
+        arrays.append(picked.column(column).combine_chunks())
+        fields.append(NestedField(next_id, name, itype, required=False))
+    return pa.Table.from_arrays(arrays, names=names), Schema(*fields, schema_id=schema.schema_id)
+
+
 class PartitionWriter:
     def __init__(self, ctx: DispatchContext):
         from registry.client import get_registry
@@ -50,16 +74,23 @@ class PartitionWriter:
         self.letters: list[DeadLetter] = []
         self.pending: dict[str, list[Pending]] = defaultdict(list)
         self.source: pa.Table | None = None
+        self.timings: dict[str, float] = defaultdict(float)
 
     # ---------------------------------------------------------------- steps
     def run(self, source: pa.Table) -> list[TableResult]:
+        t0 = time.perf_counter()
         ordered, runs = sort_by_topic(source)
         self.source = ordered
         for topic, start, length in runs:
             self.route_topic(topic, start, length)
+        t1 = time.perf_counter()
+        self.timings["decode"] += t1 - t0
         for table_id, items in self.pending.items():
             self.write_table(table_id, items)
+        t2 = time.perf_counter()
         write_dead_letters(self.ctx, ordered, self.letters, self.results)
+        self.timings["write"] += time.perf_counter() - t2
+        self.timings["dlq_write"] = time.perf_counter() - t2
         return list(self.results.values())
 
     def dead_letter(self, rows: Any, error_class: str, reason: str, **where: Any) -> None:
@@ -180,6 +211,8 @@ class PartitionWriter:
             keep = [c for c in route.columns if c in batch.schema.names]
             batch = batch.select(keep)
             schema = schema.select(*keep)
+        if self.ctx.tables.metadata_columns:
+            batch, schema = with_kafka_metadata(batch, schema, self.source, rows)
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:
@@ -197,7 +230,10 @@ class PartitionWriter:
         result = self.results.setdefault(table_id, TableResult(table_id))
         letters_before = len(self.letters)
         try:
+            t0 = time.perf_counter()
             decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by)
+            t1 = time.perf_counter()
+            self.timings["evolve"] += t1 - t0
             result.changes += decision.changes
             parts, written_rows = [], []
             target = iceberg_to_arrow(decision.table.schema()) if decision.table is not None else None
@@ -223,6 +259,7 @@ class PartitionWriter:
                 return
             data = pa.concat_tables(parts)
             files = list(_dataframe_to_data_files(decision.table.metadata, data, decision.table.io))
+            self.timings["write"] += time.perf_counter() - t1
             rows = pa.concat_arrays(written_rows)
             result.data_files += files
             result.rows += data.num_rows

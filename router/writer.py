@@ -29,6 +29,7 @@ from router.exceptions import RouteError
 
 log = logging.getLogger("icerouter.writer")
 
+STATS_ROW = ""  # the descriptor row carrying a task's phase timings
 DESCRIPTOR_SCHEMA = pa.schema([pa.field("table", pa.string()), pa.field("descriptor", pa.binary())])
 
 
@@ -133,12 +134,20 @@ def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext) -
     """mapInArrow entry point."""
     from router.partition import PartitionWriter
 
+    import time
+
+    started = time.perf_counter()
     source = pa.Table.from_batches(list(batches))
+    read_seconds = time.perf_counter() - started
     if source.num_rows == 0:
         return
-    results = PartitionWriter(ctx).run(source)
-    tables = [r.table for r in results]
+    writer = PartitionWriter(ctx)
+    results = writer.run(source)
+    writer.timings["source"] = read_seconds
+    writer.timings["records"] = source.num_rows
+    tables = [r.table for r in results] + [STATS_ROW]
     payloads = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in results]
+    payloads.append(pickle.dumps(writer.timings))
     yield pa.RecordBatch.from_arrays([pa.array(tables, pa.string()), pa.array(payloads, pa.binary())],
                                      schema=DESCRIPTOR_SCHEMA)
 
