@@ -17,6 +17,7 @@ so nothing is lost and the other tables are not held up).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Sequence
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.schema import Schema
 
+from evolution.changes import MappedSchema
 from evolution.exceptions import ApplyError
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode
@@ -52,7 +54,7 @@ class TableDecision:
     changes: list[str] = field(default_factory=list)
 
 
-def decide_schema(current: Schema | None, incoming: Schema, policy: EvolutionPolicy,
+def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, policy: EvolutionPolicy,
                   case_sensitive: bool, table: str) -> SchemaDecision:
     """Pure: what happens to records of one writer schema headed for one table."""
     plan = plan_evolution(current, [incoming], policy, case_sensitive=case_sensitive, table=table)
@@ -67,7 +69,7 @@ def decide_schema(current: Schema | None, incoming: Schema, policy: EvolutionPol
 
 
 def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
-                 incoming: dict[int, Schema], policy: EvolutionPolicy,
+                 incoming: dict[int, Schema | MappedSchema], policy: EvolutionPolicy,
                  partition_by: Sequence[str] | None = None) -> TableDecision:
     """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions."""
     from evolution.apply import apply_plan
@@ -115,8 +117,25 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                                 f"{SCHEMA_COMMIT_ATTEMPTS} attempts")
 
 
-def _without(schema: Schema, columns: Sequence[str]) -> Schema:
+def _without(schema: Schema | MappedSchema, columns: Sequence[str]) -> Schema | MappedSchema:
     if not columns:
         return schema
+    if isinstance(schema, MappedSchema):
+        aliases = {p: a for p, a in schema.aliases.items() if p and p[0] not in columns}
+        return MappedSchema(_without(schema.schema, columns), aliases, schema.source)
     keep = [f for f in schema.fields if f.name not in columns]
     return Schema(*keep, schema_id=schema.schema_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliases(schema_str: str) -> dict:
+    from evolution.avro import avro_field_aliases
+
+    return avro_field_aliases(schema_str)
+
+
+def with_aliases(schema: Schema, schema_type: str, schema_str: str) -> Schema | MappedSchema:
+    """Attach the writer schema's Avro aliases so a renamed field keeps its column (and field id)."""
+    if schema_type.upper() != "AVRO" or "aliases" not in schema_str:
+        return schema
+    return MappedSchema(schema, _aliases(schema_str))

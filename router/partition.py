@@ -22,6 +22,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Time
 
 from router.align import align_table
 from router.dlq import DeadLetter
+from router.evolve import with_aliases
 from router.exceptions import RouteError
 from router.writer import (
     DispatchContext, Pending, TableResult, field_column, header_values, sort_by_topic, write_dead_letters,
@@ -213,6 +214,8 @@ class PartitionWriter:
             schema = schema.select(*keep)
         if self.ctx.tables.metadata_columns:
             batch, schema = with_kafka_metadata(batch, schema, self.source, rows)
+        art = group.artifacts
+        schema = with_aliases(schema, art.schema_type, art.schema_str)
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:

@@ -1,0 +1,98 @@
+"""Configuration: validated at load, unknown keys rejected with their path, secrets masked."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from router.config import load_config, parse_config
+from router.exceptions import ConfigError
+
+BASE = {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["a"]},
+        "registry": {"url": "http://127.0.0.1:8081"}}
+
+
+def with_(**sections):
+    return {**BASE, **sections}
+
+
+def test_defaults_are_sensible(tmp_path):
+    config = parse_config(BASE, source=tmp_path / "router.yaml")
+    assert config.unmatched == "dlq" and config.tombstones == "ignore"
+    assert config.dlq.table == "ops.dead_letters"
+    assert config.catalog.properties["type"] == "sql"
+    assert config.catalog.properties["uri"].startswith("sqlite:///")
+    assert config.job.checkpoint.startswith(str(tmp_path))
+    assert config.tables.metadata_columns is True
+    policy = config.policies().resolve("a")
+    assert (policy.new_table.value, policy.new_column.value, policy.type_change.value) == ("evolve", "evolve", "dlq")
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"kafka": {"topics": ["a"]}, "registry": {"url": "x"}}, "kafka.bootstrap_servers: required"),
+    ({"kafka": {"bootstrap_servers": "b"}, "registry": {"url": "x"}}, "set `topics`"),
+    (with_(kafka={"bootstrap_servers": "b", "topics": ["a"], "tpoics": 1}), "kafka: unknown key 'tpoics'"),
+    (with_(kafka={"bootstrap_servers": "b", "pattern": "("}), "kafka.pattern: invalid regex"),
+    (with_(registry={}), "registry.url: required"),
+    (with_(routes=[{"topic": "a"}]), "routes[0].table: required"),
+    (with_(routes=[{"table": "t", "colour": 1}]), "routes[0]: unknown key 'colour'"),
+    (with_(routes=[{"name": "x", "table": "t"}, {"name": "x", "table": "u"}]), "duplicate route name 'x'"),
+    (with_(unmatched="keep"), "config.unmatched: 'keep' is not one of dlq, drop"),
+    (with_(job={"trigger_seconds": 0}), "job.trigger_seconds: must be > 0"),
+    (with_(job={"name": "bad name"}), "job.name"),
+    (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
+    (with_(extra=1), "config: unknown key 'extra'"),
+])
+def test_invalid_config_is_one_clear_line(raw, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_policy_mode_is_rejected_at_load():
+    config = parse_config(with_(evolution={"default": {"new_column": "maybe"}}))
+    with pytest.raises(ConfigError, match="maybe"):
+        config.policies()
+
+
+def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("IR_TEST_BOOT", "10.0.0.1:9092")
+    path = tmp_path / "c.yaml"
+    path.write_text("kafka: {bootstrap_servers: '${IR_TEST_BOOT}', topics: [a]}\n"
+                    "registry: {url: '${IR_TEST_REG:-http://reg:8081}'}\n")
+    config = load_config(path)
+    assert config.kafka.bootstrap_servers == "10.0.0.1:9092"
+    assert config.registry["url"] == "http://reg:8081"
+    path.write_text("kafka: {bootstrap_servers: '${IR_TEST_UNSET_VAR}', topics: [a]}\nregistry: {url: x}\n")
+    with pytest.raises(ConfigError, match="IR_TEST_UNSET_VAR is not set"):
+        load_config(path)
+
+
+def test_yaml_errors_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kafka: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
+
+
+def test_secrets_never_in_repr():
+    config = parse_config(with_(
+        kafka={"bootstrap_servers": "b", "topics": ["a"], "client": {"sasl.password": "hunter2", "ssl.key.password": "k3y"}},
+        registry={"url": "http://r", "basic_auth_user": "u", "basic_auth_password": "s3cret"},
+        catalog={"properties": {"type": "sql", "uri": "sqlite:///x.db", "warehouse": "file:///w",
+                                "s3.secret-access-key": "AKIASECRET"}}))
+    text = repr(config) + repr(config.kafka) + repr(config.catalog) + repr(config.registry_config())
+    for secret in ("hunter2", "k3y", "s3cret", "AKIASECRET"):
+        assert secret not in text
+
+
+def test_config_and_errors_pickle():
+    config = parse_config(BASE)
+    assert pickle.loads(pickle.dumps(config)) == config
+    err = ConfigError("bad", table="t", topic="a")
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.table, again.topic, str(again)) == ("t", "a", str(err))
