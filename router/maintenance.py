@@ -124,12 +124,15 @@ def live_data_files(table) -> list[DataFile]:
     return [task.file for task in table.scan().plan_files() if not task.delete_files]
 
 
+def _delete_file_count(table) -> int:
+    snapshot = table.current_snapshot()
+    return int(snapshot.summary.get("total-delete-files") or 0) if snapshot and snapshot.summary else 0
+
+
 def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2) -> list[CompactionGroup]:
     """Compaction groups for the table's current snapshot (no writes)."""
-    summary = table.current_snapshot().summary if table.current_snapshot() else None
-    if summary is not None and int(summary.get("total-delete-files") or 0) > 0:
-        # Rewritten files get a newer sequence number, which would undo equality deletes.
-        return []
+    if _delete_file_count(table):
+        return []  # rewritten files get a newer sequence number, which would undo equality deletes
     specs, schema = table.specs(), table.schema()
     return plan_groups(live_data_files(table), target_file_size_bytes, min_input_files,
                        lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>")
@@ -146,7 +149,8 @@ class _ReplaceFiles(_OverwriteFiles):
         return Summary(Operation.REPLACE, **summary.additional_properties)
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
-        target = property_as_int(self._transaction.table_metadata.properties, TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+        target = property_as_int(self._transaction.table_metadata.properties,
+                                 TableProperties.MANIFEST_TARGET_SIZE_BYTES,
                                  TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT)
         data = [m for m in manifests if m.content == ManifestContent.DATA]
         merged = _ManifestMergeManager(target, 2, True, self).merge_manifests(data)
@@ -219,6 +223,8 @@ def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: in
             table.refresh()
         if table.metadata.default_spec_id != spec_id:
             raise CompactionConflict("the partition spec changed during compaction", table=_name(table))
+        if _delete_file_count(table):  # row-level deletes aimed at the old files would be lost
+            raise CompactionConflict("delete files appeared during compaction", table=_name(table))
         try:
             with table.transaction() as tx:
                 replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
