@@ -27,6 +27,7 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import FileScanTask, TableProperties
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
 from pyiceberg.utils.properties import property_as_int
 
 from router.commit import expire_snapshots
@@ -147,6 +148,15 @@ class _ReplaceFiles(_OverwriteFiles):
     def _summary(self, snapshot_properties=None) -> Summary:
         summary = super()._summary(snapshot_properties or {})
         return Summary(Operation.REPLACE, **summary.additional_properties)
+
+    def _validate_concurrency(self) -> None:
+        """Used by pyiceberg's own retry: a rewrite conflicts with changes to its files, not with appends."""
+        window = self._commit_window
+        if window is None or window.is_empty() or window.head is None:
+            return
+        table = self._transaction._table
+        _validate_data_files_exist(table, window.head, self._deleted_data_files, window.base)
+        _validate_no_new_deletes_for_data_files(table, window.head, None, self._deleted_data_files, window.base)
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
         target = property_as_int(self._transaction.table_metadata.properties,
