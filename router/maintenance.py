@@ -184,7 +184,10 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, wri
                  counter) -> list[DataFile]:
     """Read a group projected to the current schema and write it as target-size file(s)."""
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    data = scan.to_table([FileScanTask(f) for f in group.files])
+    try:
+        data = scan.to_table([FileScanTask(f) for f in group.files])
+    except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
+        raise CompactionConflict(f"a planned file vanished: {exc}", table=_name(table)) from None
     if data.num_rows != group.input_rows:
         raise MaintenanceError("rows read differ from the manifests", table=_name(table),
                                partition=group.partition_path, expected=group.input_rows, read=data.num_rows)

@@ -379,3 +379,15 @@ def test_orphan_removal_refuses_when_live_files_are_missing(catalog, unique_name
     with pytest.raises(MaintenanceError, match="live data files not found"):
         remove_orphans(table, 3600)
     assert os.path.exists(stray)
+
+
+def test_a_planned_file_that_vanished_aborts_without_changing_the_table(catalog, unique_name):
+    table = build_table(catalog, unique_name("vanish"), batches=4)
+    groups = plan_compaction(table, MiB)
+    location, disk = table.metadata_location, set(files_on_disk(table))
+    victim = local(groups[-1].files[0].file_path)
+    os.remove(victim)  # as if another maintenance run had replaced it and expired the old snapshot
+    with pytest.raises(CompactionConflict, match="vanished"):
+        compact(table, groups, MiB)
+    assert table.refresh().metadata_location == location
+    assert set(files_on_disk(table)) == disk - {victim}  # files written for earlier groups were removed
