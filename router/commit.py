@@ -100,7 +100,7 @@ def commit_table(catalog: CatalogConfig, result: TableResult, job: str, batch_id
                     for data_file in result.data_files:
                         append.append_data_file(data_file)
                 tx.set_properties({prop: value})
-            table = load_table(catalog, result.table, refresh=True)
+            # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.snapshot_id = table.metadata.current_snapshot_id
             crash_point("commit")

@@ -112,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-unpacked", action="store_true", help="skip run (c), one task per topic-partition")
     args = ap.parse_args(argv)
 
+    from router.devstack.broker import LocalBroker, client_config
+
     broker = None
     if args.bootstrap:
-        conf = {"bootstrap.servers": args.bootstrap}
+        # the local broker's client settings (large receive buffer) are harmless elsewhere
+        conf = client_config(args.bootstrap)
     else:
-        from router.devstack.broker import LocalBroker, client_config
-
         broker = LocalBroker(tempfile.mkdtemp(prefix="bench-source-broker-"))
         broker.start()
         conf = client_config(broker.bootstrap)

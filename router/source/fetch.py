@@ -175,24 +175,12 @@ def _consume(
     consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
     builder = _BatchBuilder()
+    accepted = builder.messages
     pending = len(cursors)
     idle = 0
     while pending:
-        messages = _next_messages(consumer, options.poll_timeout)
-        if not messages:
-            idle += 1
-            if idle >= options.max_idle_polls:
-                (topic, partition), cur = next((k, c) for k, c in cursors.items() if not c.done)
-                raise ReadStalledError(
-                    f"no progress after {idle} polls of {options.poll_timeout}s "
-                    f"reading up to offset {cur.range.until}",
-                    topic=topic,
-                    partition=partition,
-                )
-            continue
-        idle = 0
-        accepted = builder.messages
-        for msg in messages:
+        progressed = False
+        for msg in _next_messages(consumer, options.poll_timeout):
             cur = cursors.get((msg.topic(), msg.partition()))
             if cur is None or cur.done:
                 continue
@@ -200,13 +188,14 @@ def _consume(
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     # end of partition before `until`: the rest were markers or compacted
-                    cur.done = True
+                    cur.done = progressed = True
                     pending -= 1
                     continue
                 if err.fatal() or not err.retriable():
                     raise BrokerError(f"broker error: {err.str()}", topic=msg.topic(), partition=msg.partition())
                 log.warning("retriable Kafka error on %s/%s: %s", msg.topic(), msg.partition(), err.str())
                 continue
+            progressed = True
             offset = msg.offset()
             if not cur.seen_first:
                 cur.seen_first = True
@@ -218,8 +207,21 @@ def _consume(
             if offset >= cur.last:
                 cur.done = True
                 pending -= 1
+        if not progressed:
+            idle += 1
+            if idle >= options.max_idle_polls:
+                (topic, partition), cur = next((k, c) for k, c in cursors.items() if not c.done)
+                raise ReadStalledError(
+                    f"no progress after {idle} polls of {options.poll_timeout}s "
+                    f"reading up to offset {cur.range.until}",
+                    topic=topic,
+                    partition=partition,
+                )
+            continue
+        idle = 0
         if len(accepted) >= BATCH_ROWS:
             yield builder.flush()
+            accepted = builder.messages
         # stop fetching partitions that are finished
         finished = [TopicPartition(t, p) for (t, p), c in cursors.items() if c.done and not c.paused]
         if finished and pending:
@@ -227,5 +229,5 @@ def _consume(
             paused.extend(finished)
             for tp in finished:
                 cursors[(tp.topic, tp.partition)].paused = True
-    if len(builder):
+    if accepted:
         yield builder.flush()

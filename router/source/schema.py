@@ -16,10 +16,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-#: Kafka's TimestampType ids as Spark exposes them, indexed by confluent-kafka's constants
-#: (TIMESTAMP_NOT_AVAILABLE=0, TIMESTAMP_CREATE_TIME=1, TIMESTAMP_LOG_APPEND_TIME=2).
-SPARK_TIMESTAMP_TYPE = (-1, 0, 1)
-
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 

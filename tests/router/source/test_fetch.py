@@ -16,7 +16,7 @@ from router.source.offsets import Range
 from router.source.options import KafkaSourceOptions
 from router.source.schema import kafka_arrow_schema
 
-from .kafka_helpers import BASE_TS_MS, create_topics, expected_record, produce
+from .kafka_helpers import create_topics, expected_record, produce
 
 pytestmark = pytest.mark.slow
 

@@ -212,3 +212,15 @@ def _as_dict(offset) -> dict:
     if isinstance(offset, str):
         offset = json.loads(offset)
     return offset or {}
+
+
+def test_without_jvm_connector_the_python_source_is_used(spark, kafka_bootstrap):
+    from router.source import jvm_kafka_available
+
+    assert not jvm_kafka_available(spark)  # no spark-sql-kafka jars in this environment
+    df = kafka_stream(spark, KafkaSourceOptions(kafka_bootstrap, topics=("unused",)))
+    assert df.isStreaming
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    assert "PythonMicroBatchStream" in df._jdf.queryExecution().toString() or "icerouter-kafka" in str(
+        df._jdf.queryExecution().logical()
+    )
