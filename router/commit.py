@@ -159,6 +159,7 @@ def expire_snapshots(table, retain_last: int, max_age_seconds: int) -> int:
     keep = {s.snapshot_id for s in snapshots[-retain_last:]}
     if table.metadata.current_snapshot_id is not None:
         keep.add(table.metadata.current_snapshot_id)
+    keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}  # branch heads and tags
     cutoff = (time.time() - max_age_seconds) * 1000
     expired = [s.snapshot_id for s in snapshots if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
     if expired:

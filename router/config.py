@@ -143,6 +143,7 @@ class MaintenanceConfig:
     max_snapshot_age_seconds: int = 600
     target_file_size_bytes: int = 128 * 1024 * 1024
     orphan_min_age_seconds: int = 3 * 24 * 3600
+    compact_interval_seconds: int = 900  # per table, in a background thread of the job
 
 
 @dataclass(frozen=True)
@@ -354,8 +355,8 @@ def _dlq(data: Any) -> DlqConfig:
 def _maintenance(data: Any) -> MaintenanceConfig:
     s = _Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
                                        "max_snapshot_age_seconds", "target_file_size_bytes",
-                                       "orphan_min_age_seconds"))
+                                       "orphan_min_age_seconds", "compact_interval_seconds"))
     d = MaintenanceConfig()
     return MaintenanceConfig(*(s.positive(k, getattr(d, k)) for k in (
         "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
-        "target_file_size_bytes", "orphan_min_age_seconds")))
+        "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")))

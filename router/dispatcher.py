@@ -69,6 +69,7 @@ class Dispatcher:
         self.registry = config.registry_config()
         self.policies = config.policies()
         self.expirer = SnapshotExpirer(config.catalog, config.maintenance)
+        self.compactor = BackgroundMaintenance(config)
         self.transient_retry_seconds = transient_retry_seconds
         self.history: list[BatchStats] = []
         self.totals = {"rows": 0, "dead_letters": 0, "batches": 0}
@@ -160,6 +161,7 @@ class Dispatcher:
             self.expirer.after_commit(outcome)
             if outcome.status == "committed":
                 self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
+        self.compactor.submit([o.table for o in report.committed])
         stats.tables_committed = len([o for o in report.committed if o.table != dlq_table])
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.tables_failed = len(failed)
@@ -182,6 +184,42 @@ class Dispatcher:
             listener(stats)
         if self.config.job.status_file:
             write_status(self.config.job.status_file, self, stats)
+
+
+class BackgroundMaintenance:
+    """Compacts the job's tables every `maintenance.compact_interval_seconds`, off the batch path.
+
+    One background thread; a call while it is busy is skipped (the next batch asks again).
+    Compaction conflicts with our own appends are retried or abandoned by the maintenance code.
+    """
+
+    def __init__(self, config: RouterConfig):
+        import threading
+
+        self.enabled = config.maintenance.compact_interval_seconds > 0
+        self.config = config
+        self._busy = threading.Lock()
+        self._scheduler = None
+
+    def submit(self, tables: list[str]) -> None:
+        import threading
+
+        if not self.enabled or not tables or not self._busy.acquire(blocking=False):
+            return
+        if self._scheduler is None:
+            from router.maintenance import MaintenanceScheduler
+
+            self._scheduler = MaintenanceScheduler(self.config, self.config.maintenance.compact_interval_seconds)
+
+        def work():
+            try:
+                for r in self._scheduler.maybe_run(tables):
+                    log.info("maintenance %s: files %d -> %d, snapshots %d -> %d%s", r.table, r.files_before,
+                             r.files_after, r.snapshots_before, r.snapshots_after, f" ({r.error})" if r.error else "")
+            finally:
+                self._busy.release()
+
+        threading.Thread(target=work, name="icerouter-maintenance", daemon=True).start()
 
 
 def write_status(path: str, dispatcher: Dispatcher, stats: BatchStats) -> None:
