@@ -152,11 +152,14 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> StructType:
-        return kafka_struct_type()
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def _options_json(self) -> str:
         text = self.options.get(OPTIONS_KEY)
         if not text:
             raise SourceOptionsError(f"option {OPTIONS_KEY!r} is required (KafkaSourceOptions.to_json())")
-        return KafkaStreamReader(text)
+        return text
+
+    def schema(self) -> StructType:
+        return kafka_struct_type(KafkaSourceOptions.from_json(self._options_json()).include_headers)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self._options_json())

@@ -103,8 +103,9 @@ def _check_start(r: Range, offset: int) -> None:
 class _BatchBuilder:
     """Accepted messages of one Arrow batch; columns are built with comprehensions at flush."""
 
-    def __init__(self) -> None:
-        self.schema = kafka_arrow_schema()
+    def __init__(self, include_headers: bool = True) -> None:
+        self.schema = kafka_arrow_schema(include_headers)
+        self.include_headers = include_headers
         self.messages: list = []
 
     def __len__(self) -> int:
@@ -118,21 +119,19 @@ class _BatchBuilder:
         millis = pa.array([ms for _, ms in stamps], pa.int64())
         available = pc.not_equal(ts_type, 0)
         micros = pc.if_else(available, pc.multiply(millis, 1000), None).cast(s.field("timestamp").type)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([m.key() for m in msgs], s.field("key").type),
-                pa.array([m.value() for m in msgs], s.field("value").type),
-                pa.array([m.topic() for m in msgs], s.field("topic").type),
-                pa.array([m.partition() for m in msgs], s.field("partition").type),
-                pa.array([m.offset() for m in msgs], s.field("offset").type),
-                micros,
-                # confluent-kafka's (0 n/a, 1 create, 2 append) -> Kafka's (-1, 0, 1)
-                pc.subtract(ts_type, 1),
-                pa.array([m.headers() or None for m in msgs], s.field("headers").type),
-            ],
-            schema=s,
-        )
-        return batch
+        columns = [
+            pa.array([m.key() for m in msgs], s.field("key").type),
+            pa.array([m.value() for m in msgs], s.field("value").type),
+            pa.array([m.topic() for m in msgs], s.field("topic").type),
+            pa.array([m.partition() for m in msgs], s.field("partition").type),
+            pa.array([m.offset() for m in msgs], s.field("offset").type),
+            micros,
+            # confluent-kafka's (0 n/a, 1 create, 2 append) -> Kafka's (-1, 0, 1)
+            pc.subtract(ts_type, 1),
+        ]
+        if self.include_headers:
+            columns.append(pa.array([m.headers() or None for m in msgs], s.field("headers").type))
+        return pa.RecordBatch.from_arrays(columns, schema=s)
 
 
 def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.RecordBatch]:
@@ -174,7 +173,7 @@ def _next_messages(consumer: Consumer, timeout: float) -> list:
 def _consume(
     consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
-    builder = _BatchBuilder()
+    builder = _BatchBuilder(options.include_headers)
     accepted = builder.messages
     pending = len(cursors)
     idle = 0

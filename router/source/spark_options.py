@@ -22,7 +22,11 @@ DROPPED = {
 
 
 def to_jvm_options(options: KafkaSourceOptions) -> dict[str, str]:
-    out = {"kafka.bootstrap.servers": options.bootstrap, "failOnDataLoss": "false"}
+    out = {
+        "kafka.bootstrap.servers": options.bootstrap,
+        "failOnDataLoss": "false",
+        "includeHeaders": str(options.include_headers).lower(),
+    }
     if options.topics:
         out["subscribe"] = ",".join(options.topics)
     else:

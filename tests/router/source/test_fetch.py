@@ -59,6 +59,17 @@ def test_reads_exact_ranges_with_every_field(kafka_bootstrap, kafka_client_confi
     assert [r["offset"] for r in again] == [0, 1, 2]
 
 
+def test_without_headers_the_batches_have_seven_columns(kafka_bootstrap, kafka_client_config, uid):
+    topic = f"fetch-{uid}-nohdr"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 1)
+    produce(kafka_bootstrap, kafka_client_config, [topic], 1, 4)
+    opts = _opts(kafka_bootstrap, kafka_client_config, [topic], include_headers=False)
+    batches = list(read_ranges(opts.to_json(), [Range(topic, 0, 0, 4)]))
+    assert [b.schema for b in batches] == [kafka_arrow_schema(False)]
+    assert "headers" not in kafka_arrow_schema(False).names
+    assert batches[0].column("offset").to_pylist() == [0, 1, 2, 3]
+
+
 def test_transaction_markers_and_aborted_records_end_the_range(kafka_bootstrap, kafka_client_config, uid):
     topic = f"fetch-{uid}-tx"
     create_topics(kafka_bootstrap, kafka_client_config, [topic], 1)

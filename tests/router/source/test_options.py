@@ -83,6 +83,8 @@ def test_jvm_options_are_equivalent():
     assert jvm["kafka.sasl.mechanism"] == "PLAIN"
     assert 'username="svc" password="hunter2"' in jvm["kafka.sasl.jaas.config"]
     assert "kafka.sasl.password" not in jvm
+    assert jvm["includeHeaders"] == "true"
+    assert jvm_kafka_options(_options(include_headers=False))["includeHeaders"] == "false"
 
 
 def test_errors_pickle_with_attributes_and_transient_flags():
