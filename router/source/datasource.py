@@ -108,15 +108,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start = normalize(start)
         if self._target is not None:
-            latest = self._target
+            latest = self._target  # Trigger.AvailableNow: never beyond what existed at the start
         else:
             latest = self.metadata.latest()
             self._latest = latest
         end = merge_end(start, latest)
-        if self._target is not None:
-            end = {k: (min(v, max(self._target[k], start.get(k, 0))) if k in self._target else start.get(k, 0))
-                   for k, v in end.items()}
-            end = normalize(end)
         if isinstance(limit, ReadMaxRows):
             end = advance(start, plan_ranges(start, end, limit.max_rows))
         return end
