@@ -1,0 +1,137 @@
+"""Freshness mode: a steady producer against the live job; commit time - record timestamp per record.
+
+The producer runs in its own process and writes the (topic, partition, offset,
+timestamp) of every acknowledged record; the job's dispatcher notes which
+offsets each table covered in each batch and when that batch's commits ended.
+Joining the two gives every record's latency without reading the tables back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import bench_data as data
+
+
+def _ack_index(acks: np.ndarray, topics: list[str]) -> dict:
+    """(topic, partition) -> (sorted offsets, timestamps in seconds)."""
+    order = np.lexsort((acks[:, 2], acks[:, 1], acks[:, 0]))
+    acks = acks[order]
+    out = {}
+    keys = acks[:, 0] * 1_000_000 + acks[:, 1]
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    for chunk in np.split(acks, bounds):
+        if len(chunk):
+            out[(topics[int(chunk[0, 0])], int(chunk[0, 1]))] = (chunk[:, 2], chunk[:, 3] / 1000.0)
+    return out
+
+
+def latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables: set) -> dict[int, np.ndarray]:
+    """Per batch id: commit wall time - record timestamp of every produced record it committed."""
+    index = _ack_index(acks, topics)
+    walls = {(c.batch_id, c.table): c.wall for c in commits if c.status == "committed"}
+    out = {}
+    for b in batches:
+        parts = []
+        for table, covered in b.offsets.items():
+            wall = walls.get((b.batch_id, table))
+            if table in skip_tables or wall is None:
+                continue
+            for key, (lo, hi) in covered.items():
+                topic, part = key.rsplit("/", 1)
+                entry = index.get((topic, int(part)))
+                if entry is None:
+                    continue
+                offs, ts = entry
+                i0, i1 = np.searchsorted(offs, lo, "left"), np.searchsorted(offs, hi, "right")
+                parts.append(wall - ts[i0:i1])
+        out[b.batch_id] = np.concatenate(parts) if parts else np.array([])
+    return out
+
+
+def commit_drift(rows: list[dict]) -> dict | None:
+    """Mean per-table commit latency of the first 10 vs the last 10 batches that committed tables."""
+    means = [r["table_mean_ms"] for r in rows if r["tables"]]
+    if len(means) < 20:
+        return None
+    first, last = statistics.mean(means[:10]), statistics.mean(means[-10:])
+    return {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
+
+
+def run_freshness(args, stack, root: Path) -> dict:
+    from bench import FAN_IN_TABLE, NAMESPACE, batch_rows, job_config, load_average
+    from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
+    from router.job import build_spark, start_query
+
+    result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
+              "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
+              "load_before": load_average()}
+    topics = [f"orders.{i:03d}" for i in range(args.topics)]
+    stack.broker.create_topics(topics, partitions=args.partitions, timeout=120)
+    ids = data.register_topics(stack.registry_url, topics)
+    pool = data.payload_pool()
+    warm = args.topics * args.partitions
+    data.produce_bulk(stack.conf, ids, args.partitions, warm, pool)  # first batch creates every table
+
+    config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
+    spark = build_spark(config)
+    dispatcher = RecordingDispatcher(config, keep_offsets=True)
+    dispatcher.listeners.append(lambda s: print("  " + s.line(), flush=True))
+    memory = MemorySampler().start()
+    query, _ = start_query(spark, config, dispatcher=dispatcher)
+    deadline = time.monotonic() + 600
+    while not dispatcher.batches and time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()).splitlines()[0])
+        time.sleep(0.5)
+    print(f"tables created; producing {args.rate:,.0f} records/s for {args.duration:.0f} s ...", flush=True)
+    acks_file = str(root / "acks.npz")
+    producer = multiprocessing.get_context("spawn").Process(
+        target=data.produce_steady, args=(stack.conf, ids, args.partitions, args.rate, args.duration, pool,
+                                          acks_file))
+    t_produce = time.time()
+    producer.start()
+    producer.join()
+    loaded = np.load(acks_file)
+    acks = loaded["acks"]
+    expected = warm + len(acks)
+    deadline = time.monotonic() + max(120.0, 6 * args.trigger)
+    while sum(b.stats.records for b in dispatcher.batches) < expected and time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()).splitlines()[0])
+        time.sleep(0.5)
+    query.stop()
+    result["memory_peak_mb"] = memory.stop()
+    spark.stop()
+    read = sum(b.stats.records for b in dispatcher.batches)
+    if read < expected:
+        print(f"WARNING: the job committed {read:,} of {expected:,} records before the wait ended", flush=True)
+
+    per_batch = latencies(dispatcher.batches, dispatcher.commits, acks, topics, {FAN_IN_TABLE, config.dlq.table})
+    everything = np.concatenate([v for v in per_batch.values() if len(v)]) if acks.size else np.array([])
+    result["acked"] = int(len(acks))
+    result["latency_s"] = {"records": int(everything.size),
+                           "p50": round(float(np.percentile(everything, 50)), 3) if everything.size else None,
+                           "p95": round(float(np.percentile(everything, 95)), 3) if everything.size else None,
+                           "max": round(float(everything.max()), 3) if everything.size else None}
+    timeline = []
+    for b in dispatcher.batches:
+        mine = [c.seconds * 1000 for c in dispatcher.commits if c.batch_id == b.batch_id and c.status == "committed"]
+        lat = per_batch.get(b.batch_id, np.array([]))
+        timeline.append({"batch": b.batch_id, "t": round(b.ended - t_produce, 1), "records": b.stats.records,
+                         "tables": b.stats.tables_committed, "commit_s": round(b.stats.commit_seconds, 3),
+                         "table_p50_ms": round(statistics.median(mine), 1) if mine else 0.0,
+                         "table_mean_ms": round(statistics.mean(mine), 1) if mine else 0.0,
+                         "table_max_ms": round(max(mine), 1) if mine else 0.0,
+                         "p95_s": round(float(np.percentile(lat, 95)), 2) if lat.size else 0.0})
+    result["timeline"] = timeline
+    result["commit_drift"] = commit_drift(timeline[1:])  # batch 0 created the tables
+    result["batches"] = batch_rows(dispatcher.batches)
+    result["files"] = data_file_stats(root / "warehouse", NAMESPACE)
+    result["load_after"] = load_average()
+    return result

@@ -1,0 +1,186 @@
+"""Measurement probes for the benchmark: process memory, data files, per-batch and per-commit records.
+
+Nothing here changes what the job does: the recording dispatcher only notes
+times around the product's own Dispatcher, and the expirer wrapper sees each
+commit outcome before handing it to the real snapshot expirer.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from router.dispatcher import Dispatcher
+
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class MemorySampler:
+    """Peak RSS of the driver (Python), the JVM and the Python workers, sampled from /proc.
+
+    VmHWM gives each process's own peak; the workers' combined peak needs sampling
+    because several worker processes are alive at once.
+    """
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.peak = {"driver_python_mb": 0.0, "jvm_mb": 0.0, "workers_total_mb": 0.0, "worker_max_mb": 0.0}
+        self.worker_pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-memory", daemon=True)
+
+    def start(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sample()
+        return {k: round(v, 1) for k, v in self.peak.items()}
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        me = os.getpid()
+        kids = _children()
+        stack, descendants = list(kids.get(me, [])), []
+        while stack:
+            pid = stack.pop()
+            descendants.append(pid)
+            stack.extend(kids.get(pid, []))
+        workers_now = 0
+        self.peak["driver_python_mb"] = max(self.peak["driver_python_mb"], _status_kb(me, "VmHWM") / 1024)
+        for pid in descendants:
+            cmd = _cmdline(pid)
+            if "java" in cmd.split(" ", 1)[0]:
+                self.peak["jvm_mb"] = max(self.peak["jvm_mb"], _status_kb(pid, "VmHWM") / 1024)
+            elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+                self.worker_pids.add(pid)
+                rss = _status_kb(pid, "VmRSS") / 1024
+                workers_now += rss
+                self.peak["worker_max_mb"] = max(self.peak["worker_max_mb"], _status_kb(pid, "VmHWM") / 1024)
+        self.peak["workers_total_mb"] = max(self.peak["workers_total_mb"], workers_now)
+
+
+def data_file_stats(warehouse: Path, namespace: str) -> dict:
+    """Parquet data files on disk per table of `namespace`: count per table and mean size."""
+    root = warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"
+    per_table: dict[str, list[int]] = {}
+    if root.is_dir():
+        for table_dir in root.iterdir():
+            data = table_dir / "data"
+            sizes = [p.stat().st_size for p in data.rglob("*.parquet")] if data.is_dir() else []
+            per_table[table_dir.name] = sizes
+    counts = [len(s) for s in per_table.values()]
+    sizes = [x for s in per_table.values() for x in s]
+    return {"tables": len(per_table), "files": len(sizes),
+            "files_per_table_mean": round(statistics.mean(counts), 2) if counts else 0,
+            "files_per_table_max": max(counts) if counts else 0,
+            "mean_file_kb": round(statistics.mean(sizes) / 1024, 1) if sizes else 0}
+
+
+@dataclass
+class CommitRecord:
+    batch_id: int
+    table: str
+    status: str
+    seconds: float
+    wall: float  # time.time() once the batch's commits are done
+    expired: int = 0
+
+
+class RecordingExpirer:
+    """Sees each commit outcome (its latency) and passes it on to the job's snapshot expirer."""
+
+    def __init__(self, inner, sink: list[CommitRecord], batch_ref: list[int]):
+        self.inner, self.sink, self.batch_ref = inner, sink, batch_ref
+
+    def after_commit(self, outcome) -> None:
+        self.inner.after_commit(outcome)
+        self.sink.append(CommitRecord(self.batch_ref[0], outcome.table, outcome.status, outcome.seconds,
+                                      time.time(), outcome.expired))
+
+
+@dataclass
+class BatchRecord:
+    batch_id: int
+    started: float
+    ended: float
+    stats: object
+    offsets: dict = field(default_factory=dict)  # table -> {"topic/partition": [lo, hi]}
+
+
+class RecordingDispatcher(Dispatcher):
+    """The product's Dispatcher plus wall-clock marks and the offsets each table covered."""
+
+    def __init__(self, config, keep_offsets: bool = False):
+        super().__init__(config)
+        self.keep_offsets = keep_offsets
+        self.batches: list[BatchRecord] = []
+        self.commits: list[CommitRecord] = []
+        self._batch = [-1]
+        self._offsets: dict = {}
+        self.expirer = RecordingExpirer(self.expirer, self.commits, self._batch)
+
+    def run_pass(self, df, ctx):
+        merged = super().run_pass(df, ctx)
+        if self.keep_offsets:
+            self._offsets = {t: dict(r.offsets) for t, r in merged.items()}
+        return merged
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.time()
+        self._batch[0] = batch_id
+        self._offsets = {}
+        super().__call__(df, batch_id)
+        self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
+
+
+def percentile(values, q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

@@ -1,0 +1,130 @@
+"""Readable tables for the benchmark results (the same dict is written as JSON)."""
+
+from __future__ import annotations
+
+TARGETS = {
+    "records_per_s": 100_000, "vs_baseline": 10.0, "ceiling_share": 0.40, "fresh_p95_s": 15.0,
+    "commit_500_s": 5.0, "commit_drift": 1.5,
+}
+
+BATCH_COLUMNS = (("batch", "{:>5}"), ("records", "{:>9,}"), ("tables", "{:>6}"), ("source_s", "{:>8.2f}"),
+                 ("decode_s", "{:>8.2f}"), ("evolve_s", "{:>8.2f}"), ("write_s", "{:>8.2f}"),
+                 ("dispatch_s", "{:>10.2f}"), ("commit_s", "{:>8.2f}"), ("total_s", "{:>7.2f}"),
+                 ("tables_per_s", "{:>12.1f}"))
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def _batches(rows: list[dict], limit: int = 40) -> list[str]:
+    head = " ".join(f"{name:>{len(fmt.format(0) if 'f' not in fmt else fmt.format(0.0))}}"
+                    for name, fmt in BATCH_COLUMNS)
+    out = ["per batch (source/decode/evolve/write = task seconds summed over the Spark tasks; "
+           "dispatch/commit/total = wall seconds on the driver):", "  " + head]
+    shown = rows if len(rows) <= limit else rows[: limit // 2] + [None] + rows[-limit // 2:]
+    for row in shown:
+        if row is None:
+            out.append("  ...")
+            continue
+        out.append("  " + " ".join(fmt.format(row[name]) for name, fmt in BATCH_COLUMNS))
+    return out
+
+
+def render_throughput(r: dict) -> list[str]:
+    ours = r["ours"]
+    lines = [f"{r['mode']}: {r['topics']} topics x {r['partitions']} partitions, {r['records']:,} records of "
+             f"~{r['value_bytes_mean']:.0f} B, {'one table per topic + one fan-in table' if r['fan_in'] else 'one table per topic'}; "
+             f"load average before {r['load_before']} after {r['load_after']}",
+             f"  produce rate (set-up)           {r['produce_records_per_s']:>12,} records/s"]
+    ok = ours["records_per_s"] >= TARGETS["records_per_s"]
+    lines.append(f"  icerouter end to end            {ours['records_per_s']:>12,} records/s  "
+                 f"({ours['records_read']:,} records, {ours['rows_written']:,} rows, {ours['batches']} batches, "
+                 f"{ours['seconds']:.1f} s first batch start -> last commit; {ours['seconds_from_query_start']:.1f} s "
+                 f"from query start)  target >= {TARGETS['records_per_s']:,}: {_verdict(ok)}")
+    if "ceiling" in r:
+        share = ours["records_per_s"] / r["ceiling"]["records_per_s"]
+        lines.append(f"  raw confluent-kafka consume     {r['ceiling']['records_per_s']:>12,} records/s  "
+                     f"(one process, same data); our share {share:.0%}  target >= "
+                     f"{TARGETS['ceiling_share']:.0%}: {_verdict(share >= TARGETS['ceiling_share'])}")
+        r["ceiling_share"] = round(share, 3)
+    if "baseline" in r:
+        b = r["baseline"]
+        ratio = ours["records_per_s"] / b["records_per_s"] if b["records_per_s"] else float("inf")
+        lines.append(f"  hand-written baseline           {b['records_per_s']:>12,} records/s  "
+                     f"(measured on {b['topics']} topics / {b['records']:,} records, compared as a rate); "
+                     f"ours/baseline {ratio:.1f}x  target >= {TARGETS['vs_baseline']:.0f}x: "
+                     f"{_verdict(ratio >= TARGETS['vs_baseline'])}")
+        r["vs_baseline"] = round(ratio, 2)
+    lines.append(f"  tables committed                {ours['tables_committed']:>12,} in {ours['commit_seconds']:.1f} s "
+                 f"of commit phases = {ours['tables_per_commit_s']:,.1f} tables/s; per-table commit p50 "
+                 f"{r['commit_latency_s'].get('p50', 0) * 1000:.0f} ms, max {r['commit_latency_s'].get('max', 0) * 1000:.0f} ms")
+    biggest = max((row["commit_s"] for row in r["batches"] if row["tables"] >= 500), default=None)
+    if biggest is not None:
+        lines.append(f"  slowest commit phase of a >=500-table batch {biggest:.2f} s  target <= "
+                     f"{TARGETS['commit_500_s']:.0f} s: {_verdict(biggest <= TARGETS['commit_500_s'])}")
+    m = r["memory_peak_mb"]
+    lines.append(f"  peak RSS                        driver Python {m['driver_python_mb']:,.0f} MB, JVM "
+                 f"{m['jvm_mb']:,.0f} MB, Python workers {m['workers_total_mb']:,.0f} MB together "
+                 f"(largest single {m['worker_max_mb']:,.0f} MB)")
+    f = r["files"]
+    lines.append(f"  Parquet data files              {f['files']:,} in {f['tables']} tables: "
+                 f"{f['files_per_table_mean']} per table (max {f['files_per_table_max']}), mean "
+                 f"{f['mean_file_kb']:,.0f} KiB")
+    if ours["dead_letters"] or ours["failed_tables"]:
+        lines.append(f"  WARNING: {ours['dead_letters']} dead letters, {ours['failed_tables']} failed tables")
+    return lines + _batches(r["batches"])
+
+
+def render_freshness(r: dict) -> list[str]:
+    lat = r["latency_s"]
+    lines = [f"freshness: {r['topics']} topics, {r['rate']:,.0f} records/s for {r['duration']:.0f} s, trigger "
+             f"{r['trigger']:.0f} s, {r['acked']:,} records produced; load average before {r['load_before']} "
+             f"after {r['load_after']}",
+             f"  commit time - record timestamp  p50 {lat['p50']:.2f} s  p95 {lat['p95']:.2f} s  max {lat['max']:.2f} s "
+             f"over {lat['records']:,} records  target p95 <= {TARGETS['fresh_p95_s']:.0f} s: "
+             f"{_verdict(lat['p95'] <= TARGETS['fresh_p95_s'])}"]
+    drift = r.get("commit_drift")
+    if drift:
+        lines.append(f"  per-table commit latency        first 10 batches {drift['first10_ms']:.0f} ms, last 10 "
+                     f"{drift['last10_ms']:.0f} ms: x{drift['ratio']:.2f}  target <= {TARGETS['commit_drift']}: "
+                     f"{_verdict(drift['ratio'] <= TARGETS['commit_drift'])}")
+    m = r["memory_peak_mb"]
+    lines.append(f"  peak RSS                        driver Python {m['driver_python_mb']:,.0f} MB, JVM "
+                 f"{m['jvm_mb']:,.0f} MB, Python workers {m['workers_total_mb']:,.0f} MB together")
+    f = r["files"]
+    lines.append(f"  Parquet data files              {f['files']:,} in {f['tables']} tables, "
+                 f"{f['files_per_table_mean']} per table, mean {f['mean_file_kb']:,.0f} KiB")
+    lines.append("  over time (per batch: records, commit phase, per-table commit median / max, "
+                 "latency p95 of its records):")
+    for row in r["timeline"]:
+        lines.append(f"    batch {row['batch']:>4} at {row['t']:>6.0f} s: {row['records']:>7,} records, commit "
+                     f"{row['commit_s']:5.2f} s, per table {row['table_p50_ms']:5.0f} / {row['table_max_ms']:5.0f} ms, "
+                     f"p95 {row['p95_s']:5.2f} s")
+    return lines + _batches(r["batches"])
+
+
+def render_soak(r: dict) -> list[str]:
+    d = r["commit_drift"]
+    lines = [f"soak: {r['batches']} commit batches over {r['tables']} tables (commit path only, no Spark), "
+             f"expire every {r['expire_every']} commits keeping {r['retain_last']} snapshots younger than "
+             f"{r['max_snapshot_age']} s; load average before {r['load_before']} after {r['load_after']}",
+             f"  per-table commit latency        first 10 batches {d['first10_ms']:.1f} ms, last 10 "
+             f"{d['last10_ms']:.1f} ms: x{d['ratio']:.2f}  target <= {TARGETS['commit_drift']}: "
+             f"{_verdict(d['ratio'] <= TARGETS['commit_drift'])}",
+             f"  snapshots per table at the end  {r['snapshots_at_end']}"]
+    for row in r["timeline"]:
+        lines.append(f"    batches {row['from']:>4}-{row['to']:<4} per-table commit mean {row['mean_ms']:6.1f} ms, "
+                     f"batch commit phase {row['batch_s']:.3f} s")
+    return lines
+
+
+def render(result: dict) -> str:
+    mode = result["mode"]
+    if mode == "freshness":
+        lines = render_freshness(result)
+    elif mode == "soak":
+        lines = render_soak(result)
+    else:
+        lines = render_throughput(result)
+    return "\n".join(["", *lines])
