@@ -7,6 +7,7 @@ Produces the records (over topics x partitions), then measures:
   (a) one process consuming every partition with confluent-kafka (the ceiling),
   (b) the Python Data Source through Spark (local[2], Trigger.AvailableNow, a
       foreachBatch that counts rows with an Arrow-native mapInArrow),
+  (b1) the same with [] instead of null for records without headers,
   (b2) the same without the headers column (include_headers=False),
   (c) optionally (b2) with one Spark task per topic-partition (no packing),
 and prints records/s and the ratios to (a). Without --bootstrap a local
@@ -171,6 +172,12 @@ def run(args, conf: dict) -> int:
         tasks = 2 * spark.sparkContext.defaultParallelism
         print(f"(b) icerouter-kafka via Spark availableNow, {tasks} packed tasks: {packed_s:.2f} s, "
               f"{rate:,.0f} rec/s, {batches} batch(es); ratio to (a): {rate / raw_rate:.2f}")
+
+        empty = KafkaSourceOptions(bootstrap, pattern=f"{prefix}-.*", client_config=client, null_empty_headers=False)
+        empty_s, rows, _ = spark_run(spark, empty, f"{ck}/empty")
+        assert rows == args.records
+        print(f"(b1) same, records without headers get [] instead of null: {empty_s:.2f} s, "
+              f"{rows / empty_s:,.0f} rec/s; ratio to (a): {rows / empty_s / raw_rate:.2f}")
 
         lean = KafkaSourceOptions(bootstrap, pattern=f"{prefix}-.*", client_config=client, include_headers=False)
         lean_s, rows, _ = spark_run(spark, lean, f"{ck}/lean")

@@ -103,9 +103,10 @@ def _check_start(r: Range, offset: int) -> None:
 class _BatchBuilder:
     """Accepted messages of one Arrow batch; columns are built with comprehensions at flush."""
 
-    def __init__(self, include_headers: bool = True) -> None:
+    def __init__(self, include_headers: bool = True, null_empty_headers: bool = True) -> None:
         self.schema = kafka_arrow_schema(include_headers)
         self.include_headers = include_headers
+        self.no_headers = None if null_empty_headers else []
         self.messages: list = []
 
     def __len__(self) -> int:
@@ -130,7 +131,7 @@ class _BatchBuilder:
             pc.subtract(ts_type, 1),
         ]
         if self.include_headers:
-            columns.append(pa.array([m.headers() or None for m in msgs], s.field("headers").type))
+            columns.append(pa.array([m.headers() or self.no_headers for m in msgs], s.field("headers").type))
         return pa.RecordBatch.from_arrays(columns, schema=s)
 
 
@@ -173,7 +174,7 @@ def _next_messages(consumer: Consumer, timeout: float) -> list:
 def _consume(
     consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
-    builder = _BatchBuilder(options.include_headers)
+    builder = _BatchBuilder(options.include_headers, options.null_empty_headers)
     accepted = builder.messages
     pending = len(cursors)
     idle = 0

@@ -40,6 +40,9 @@ class KafkaSourceOptions:
     earliest offset. ``include_headers=False`` drops the headers column (as
     Spark's ``includeHeaders=false``): an array<struct> column costs Spark about
     as much as all other columns together on the way to mapInArrow.
+    ``null_empty_headers=False`` gives records without headers an empty list
+    instead of Spark's null: Spark 4.3 moves null array<struct> values to
+    mapInArrow several times slower than empty ones.
     """
 
     bootstrap: str
@@ -52,6 +55,7 @@ class KafkaSourceOptions:
     poll_timeout: float = 1.0
     max_idle_polls: int = 30
     include_headers: bool = True
+    null_empty_headers: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(self.topics))
@@ -108,6 +112,7 @@ class KafkaSourceOptions:
             "poll_timeout": self.poll_timeout,
             "max_idle_polls": self.max_idle_polls,
             "include_headers": self.include_headers,
+            "null_empty_headers": self.null_empty_headers,
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 

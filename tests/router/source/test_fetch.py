@@ -69,6 +69,11 @@ def test_without_headers_the_batches_have_seven_columns(kafka_bootstrap, kafka_c
     assert "headers" not in kafka_arrow_schema(False).names
     assert batches[0].column("offset").to_pylist() == [0, 1, 2, 3]
 
+    opts = _opts(kafka_bootstrap, kafka_client_config, [topic], null_empty_headers=False)
+    rows = _rows(opts, [Range(topic, 0, 0, 4)])
+    # even sequence numbers carry headers, odd ones none: [] instead of Spark's null
+    assert [len(r["headers"]) for r in rows] == [2, 0, 2, 0]
+
 
 def test_transaction_markers_and_aborted_records_end_the_range(kafka_bootstrap, kafka_client_config, uid):
     topic = f"fetch-{uid}-tx"
