@@ -27,6 +27,7 @@ from router.writer import STATS_ROW, DispatchContext, TableResult, process_parti
 
 log = logging.getLogger("icerouter.job")
 
+QUARANTINE_AFTER = 3  # consecutive failing batches before a table is quarantined until restart
 TRANSIENT_MARKERS = ("RegistryUnavailable", "TRANSIENT", "Connection refused", "OperationalError")
 
 
@@ -75,6 +76,8 @@ class Dispatcher:
         self.totals = {"rows": 0, "dead_letters": 0, "batches": 0}
         self.table_rows: dict[str, int] = {}
         self.listeners: list = []
+        self.failure_streak: dict[str, int] = {}
+        self.quarantined: dict[str, str] = {}
         self.last_timings: dict = {}
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
@@ -86,7 +89,7 @@ class Dispatcher:
             job=self.config.job.name, batch_id=batch_id, catalog=self.config.catalog, registry=self.registry,
             routing=self.routing, policies=self.policies, tables=self.config.tables, dlq=self.config.dlq,
             unmatched=self.config.unmatched, tombstones=self.config.tombstones, dlq_producer=dlq_producer,
-            redirect=redirect)
+            redirect=redirect, quarantined=frozenset(self.quarantined))
 
     def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
         fn = functools.partial(process_partition, ctx=ctx)
@@ -162,6 +165,9 @@ class Dispatcher:
             if outcome.status == "committed":
                 self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
         self.compactor.submit([o.table for o in report.committed])
+        broken = {o.table: o.error for o in report.failed}
+        broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
+        self.track_failures(broken, {o.table for o in report.committed})
         stats.tables_committed = len([o for o in report.committed if o.table != dlq_table])
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.tables_failed = len(failed)
@@ -170,6 +176,17 @@ class Dispatcher:
         stats.changes = {r.table: r.changes for r in results.values() if r.changes}
         stats.total_seconds = time.perf_counter() - started
         self.record(stats)
+
+    def track_failures(self, broken: dict[str, str], healthy: set[str]) -> None:
+        """Quarantine a table that failed QUARANTINE_AFTER batches in a row (logged once, with the reason)."""
+        for table in healthy:
+            self.failure_streak.pop(table, None)
+        for table, reason in broken.items():
+            streak = self.failure_streak[table] = self.failure_streak.get(table, 0) + 1
+            if streak >= QUARANTINE_AFTER and table not in self.quarantined:
+                self.quarantined[table] = reason
+                log.error("table %s quarantined after %d failing batches (%s); its records go to the "
+                          "dead-letter table until the job restarts", table, streak, reason)
 
     def record(self, stats: BatchStats) -> None:
         self.history.append(stats)

@@ -275,6 +275,7 @@ class PartitionWriter:
                 raise
             log.exception("table %s failed in this task", table_id)
             result.failure = f"{type(exc).__name__}: {exc}"
+            result.broken = True
             result.data_files, result.rows, result.dead_letters = [], 0, 0
             del self.letters[letters_before:]
             for item in items:

@@ -66,6 +66,7 @@ class TableResult:
     failure: str | None = None
     dead_letters: int = 0
     discarded: int = 0
+    broken: bool = False  # an error (not a policy outcome) failed this table
 
     def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
         if len(offsets) == 0:
@@ -89,6 +90,7 @@ class TableResult:
         self.failure = self.failure or other.failure
         self.dead_letters += other.dead_letters
         self.discarded += other.discarded
+        self.broken = self.broken or other.broken
 
 
 @dataclass

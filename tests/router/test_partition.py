@@ -186,3 +186,24 @@ def test_replayed_batch_is_skipped_per_table(catalog_config, registry_url, uniqu
     stored = json.loads(load_table(catalog_config, f"{ns}.{ns}_orders", refresh=True)
                         .properties["icerouter.offsets.icerouter"])
     assert stored == {"batch_id": 7, "offsets": {f"{topic}/0": 5}}
+
+
+def test_table_failing_three_batches_is_quarantined_to_the_dlq(catalog_config, registry_url, unique_name):
+    ns = unique_name("q")
+    sick, well = f"{ns}.sick", f"{ns}.well"
+    enc = data.Encoder(data.CLICK, data.register(registry_url, f"{ns}-click-value", data.CLICK))
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}"}])
+    sick_table = f"{ns}.{ns}_sick"
+    for _ in range(2):
+        dispatcher.track_failures({sick_table: "CommitFailedException: boom"}, set())
+    assert sick_table not in dispatcher.quarantined
+    dispatcher.track_failures({}, {sick_table})  # a healthy batch resets the streak
+    for _ in range(3):
+        dispatcher.track_failures({sick_table: "CommitFailedException: boom"}, set())
+    assert dispatcher.quarantined == {sick_table: "CommitFailedException: boom"}
+    run_batch(dispatcher, [source_batch([(sick, 0, 0, enc(data.click(0)), None),
+                                         (well, 0, 0, enc(data.click(1)), None)])])
+    assert [r[0] for r in read(catalog_config, f"{ns}.{ns}_well", "id")] == [1]
+    letters = read(catalog_config, f"{ns}.dead_letters", "topic, error_class, table_name", order="1")
+    assert letters == [(sick, "quarantined", sick_table)]
