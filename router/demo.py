@@ -98,7 +98,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
     temp = workdir is None
     root = Path(workdir or tempfile.mkdtemp(prefix="icerouter-demo-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    broker = LocalBroker(data_dir=str(root / "broker"))
+    broker = LocalBroker(data_dir=str(root / "broker"), tied_to_parent=True)
     registry = RegistryServer(data_file=str(root / "registry.json"))
     query = None
     try:

@@ -20,7 +20,7 @@ import pickle
 import time
 from typing import Any
 
-from router.commit import CommitReport, SnapshotExpirer, commit_all
+from router.commit import SnapshotExpirer, commit_all
 from router.config import RouterConfig
 from router.routes import RoutingTable
 from router.writer import STATS_ROW, DispatchContext, TableResult, process_partition

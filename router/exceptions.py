@@ -65,3 +65,18 @@ class SourceError(RouterError):
     """Kafka could not be read."""
 
     transient = True
+
+
+class MaintenanceError(RouterError):
+    """A maintenance step failed for one table."""
+
+
+class CompactionConflict(MaintenanceError):
+    """A concurrent commit removed files the compaction meant to replace; nothing was changed."""
+
+    transient = True
+
+
+class UnsupportedLocation(MaintenanceError):
+    """Orphan removal needs a local (file://) warehouse."""
+

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -23,9 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from router.config import CatalogConfig, DlqConfig, TablesConfig
-from router.dlq import DLQ_ARROW_SCHEMA, DeadLetter, dead_letter_batch, produce_dead_letters
+from router.dlq import DeadLetter, dead_letter_batch, produce_dead_letters
 from router.routes import CompiledRoute, RoutingTable
-from router.exceptions import RouteError
 
 log = logging.getLogger("icerouter.writer")
 

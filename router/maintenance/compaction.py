@@ -1,0 +1,263 @@
+"""Compaction: pure bin-packing of small files per partition, then one atomic `replace` commit.
+
+Planning is pure (live files in, groups out) so a dry run shows exactly what an
+apply would do. Applying commits ONE `replace` snapshot per table (old files out,
+new files in, same rows) and re-validates against concurrent writers: an append
+landing meanwhile is kept, a replaced file that is no longer live aborts the
+compaction and leaves the table unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
+from pyiceberg.table import FileScanTask, TableProperties
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
+from pyiceberg.utils.properties import property_as_int
+
+from router.exceptions import CompactionConflict, MaintenanceError
+from router.tables import backoff
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("icerouter.maintenance")
+
+log = logging.getLogger("icerouter.maintenance")
+
+SMALL_FILE_RATIO = 0.75  # files at >= 75% of the target are left alone
+COMMIT_ATTEMPTS = 4
+COMPACTION_SUMMARY = {"icerouter.maintenance": "compaction"}
+LOCAL_SCHEMES = ("", "file")
+
+
+# ----------------------------------------------------------------------------- plan (pure)
+
+@dataclass(frozen=True)
+class CompactionGroup:
+    """Small data files of one partition (same spec id and value) to rewrite together."""
+
+    spec_id: int
+    partition: Any  # pyiceberg Record
+    partition_path: str
+    files: tuple[DataFile, ...] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return (f"CompactionGroup(spec_id={self.spec_id}, partition={self.partition_path!r}, "
+                f"files={len(self.files)}, bytes={self.input_bytes}, rows={self.input_rows})")
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+    @property
+    def input_rows(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+
+def plan_groups(files: Iterable[DataFile], target_file_size_bytes: int, min_input_files: int = 2,
+                partition_path: Callable[[DataFile], str] = lambda f: str(f.partition)) -> list[CompactionGroup]:
+    """Bin-pack small files per partition (first fit, largest first) into groups of <= target bytes."""
+    threshold = SMALL_FILE_RATIO * target_file_size_bytes
+    partitions: dict[tuple, list[DataFile]] = {}
+    for f in files:
+        if f.file_size_in_bytes < threshold:
+            partitions.setdefault((f.spec_id, f.partition), []).append(f)
+    groups = []
+    for (spec_id, partition), members in partitions.items():
+        bins: list[list[DataFile]] = []
+        sizes: list[int] = []
+        for f in sorted(members, key=lambda f: (-f.file_size_in_bytes, f.file_path)):
+            slot = next((i for i, s in enumerate(sizes) if s + f.file_size_in_bytes <= target_file_size_bytes), None)
+            if slot is None:
+                bins.append([f])
+                sizes.append(f.file_size_in_bytes)
+            else:
+                bins[slot].append(f)
+                sizes[slot] += f.file_size_in_bytes
+        label = partition_path(members[0])
+        groups += [CompactionGroup(spec_id, partition, label, tuple(b)) for b in bins if len(b) >= min_input_files]
+    return sorted(groups, key=lambda g: (g.spec_id, g.partition_path, -len(g.files)))
+
+
+def plan_expiry(snapshots: Sequence[Any], current_snapshot_id: int | None, retain_last: int,
+                max_age_seconds: float, now: float) -> list[int]:
+    """Snapshot ids router.commit.expire_snapshots would expire (for dry runs)."""
+    ordered = sorted(snapshots, key=lambda s: s.timestamp_ms)
+    keep = {s.snapshot_id for s in ordered[-retain_last:]} | {current_snapshot_id}
+    cutoff = (now - max_age_seconds) * 1000
+    return [s.snapshot_id for s in ordered if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
+
+
+def live_data_files(table) -> list[DataFile]:
+    """Data files of the current snapshot that have no delete files attached."""
+    if table.current_snapshot() is None:
+        return []
+    return [task.file for task in table.scan().plan_files() if not task.delete_files]
+
+
+def _delete_file_count(table) -> int:
+    snapshot = table.current_snapshot()
+    return int(snapshot.summary.get("total-delete-files") or 0) if snapshot and snapshot.summary else 0
+
+
+def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2) -> list[CompactionGroup]:
+    """Compaction groups for the table's current snapshot (no writes)."""
+    if _delete_file_count(table):
+        return []  # rewritten files get a newer sequence number, which would undo equality deletes
+    specs, schema = table.specs(), table.schema()
+    return plan_groups(live_data_files(table), target_file_size_bytes, min_input_files,
+                       lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>")
+
+
+# ----------------------------------------------------------------------------- apply
+
+class _ReplaceFiles(_OverwriteFiles):
+    """pyiceberg's overwrite producer, recorded as `replace` (same rows, other files), that also
+    merges the many one-batch manifests the job's fast appends leave behind."""
+
+    def _summary(self, snapshot_properties=None) -> Summary:
+        summary = super()._summary(snapshot_properties or {})
+        return Summary(Operation.REPLACE, **summary.additional_properties)
+
+    def _validate_concurrency(self) -> None:
+        """Used by pyiceberg's own retry: a rewrite conflicts with changes to its files, not with appends."""
+        window = self._commit_window
+        if window is None or window.is_empty() or window.head is None:
+            return
+        table = self._transaction._table
+        _validate_data_files_exist(table, window.head, self._deleted_data_files, window.base)
+        _validate_no_new_deletes_for_data_files(table, window.head, None, self._deleted_data_files, window.base)
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        target = property_as_int(self._transaction.table_metadata.properties,
+                                 TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                                 TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT)
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        merged = _ManifestMergeManager(target, 2, True, self).merge_manifests(data)
+        return merged + [m for m in manifests if m.content != ManifestContent.DATA]
+
+
+@dataclass
+class CompactionResult:
+    groups: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_removed: int = 0
+    bytes_added: int = 0
+    rows: int = 0
+    attempts: int = 0
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+
+
+def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, write_uuid: uuid.UUID,
+                 counter) -> list[DataFile]:
+    """Read a group projected to the current schema and write it as target-size file(s)."""
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    try:
+        data = scan.to_table([FileScanTask(f) for f in group.files])
+    except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
+        raise CompactionConflict(f"a planned file vanished: {exc}", table=_name(table)) from None
+    if data.num_rows != group.input_rows:
+        raise MaintenanceError("rows read differ from the manifests", table=_name(table),
+                               partition=group.partition_path, expected=group.input_rows, read=data.num_rows)
+    # pyiceberg sizes files in in-memory bytes: scale the on-disk target by this group's ratio.
+    in_memory_target = max(1, int(data.nbytes * target_file_size_bytes / max(1, group.input_bytes)))
+    props = {**table.metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(in_memory_target)}
+    metadata = table.metadata.model_copy(update={"properties": props})
+    return list(_dataframe_to_data_files(metadata, data, table.io, write_uuid=write_uuid, counter=counter))
+
+
+def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: int | None = None,
+            attempts: int = COMMIT_ATTEMPTS) -> CompactionResult:
+    """Rewrite the groups and commit them as one atomic replace snapshot (refresh + retry on conflicts)."""
+    started = time.perf_counter()
+    result = CompactionResult(groups=len(groups))
+    if not groups:
+        return result
+    target = target_file_size_bytes or max(g.input_bytes for g in groups)
+    write_uuid, counter, spec_id = uuid.uuid4(), itertools.count(), table.metadata.default_spec_id
+    old, new = [f for g in groups for f in g.files], []
+    try:
+        for group in groups:
+            new += _write_group(table, group, target, write_uuid, counter)
+        if sum(f.record_count for f in new) != sum(f.record_count for f in old):
+            raise MaintenanceError("rewritten files do not hold the same number of rows", table=_name(table))
+    except BaseException:
+        _delete(table, [f.file_path for f in new])
+        raise
+    try:
+        result.snapshot_id, result.attempts = _commit_replace(table, old, new, spec_id, attempts)
+    except MaintenanceError:  # the commit did not land, so the new files are referenced by nothing
+        _delete(table, [f.file_path for f in new])
+        raise
+    result.files_removed, result.files_added = len(old), len(new)
+    result.bytes_removed = sum(f.file_size_in_bytes for f in old)
+    result.bytes_added = sum(f.file_size_in_bytes for f in new)
+    result.rows = sum(f.record_count for f in new)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: int, attempts: int) -> tuple[int, int]:
+    """Commit old -> new; on a conflict refresh and retry, re-checking that every old file is still live."""
+    for attempt in range(attempts):
+        if attempt:
+            table.refresh()
+        if table.metadata.default_spec_id != spec_id:
+            raise CompactionConflict("the partition spec changed during compaction", table=_name(table))
+        if _delete_file_count(table):  # row-level deletes aimed at the old files would be lost
+            raise CompactionConflict("delete files appeared during compaction", table=_name(table))
+        try:
+            with table.transaction() as tx:
+                replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
+                                        snapshot_properties=dict(COMPACTION_SUMMARY))
+                for f in old:
+                    replace.delete_data_file(f)
+                for f in new:
+                    replace.append_data_file(f)
+                replace.commit()
+        except ValidationException as exc:
+            raise CompactionConflict(f"replaced files are no longer live: {exc}", table=_name(table)) from None
+        except CommitFailedException as exc:
+            log.info("compaction of %s conflicted (attempt %d): %s", _name(table), attempt + 1, exc)
+            backoff(attempt, base=0.05, cap=2.0)
+            continue
+        table.refresh()
+        _drop_intermediate_manifests(table, replace)
+        return replace.snapshot_id, attempt + 1
+    raise CompactionConflict("the commit kept conflicting", table=_name(table), attempts=attempts)
+
+
+def _drop_intermediate_manifests(table, producer: _ReplaceFiles) -> None:
+    """Manifests rewritten without the replaced files, then merged, are referenced by nothing."""
+    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
+    if snapshot is not None:
+        kept = {m.manifest_path for m in snapshot.manifests(table.io)}
+        _delete(table, [p for p in producer._written_manifests if p not in kept])
+
+
+def _delete(table, paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except Exception as exc:  # a leftover file is an orphan, removed later
+            log.warning("could not delete %s: %s", path, exc)
+
+
+def _name(table) -> str:
+    return ".".join(table.name()) if hasattr(table, "name") else str(table)
+
+

@@ -1,0 +1,198 @@
+"""Maintenance of one table and of many: expire -> compact -> expire -> orphans; the job's scheduler."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+
+from router.config import MaintenanceConfig
+from router.exceptions import CompactionConflict, UnsupportedLocation
+
+if TYPE_CHECKING:
+    from router.config import RouterConfig
+
+log = logging.getLogger("icerouter.maintenance")
+from router.maintenance.compaction import (
+    CompactionGroup, CompactionResult, _name, compact, plan_compaction, plan_expiry,
+)
+from router.maintenance.files import expire, metadata_file_count, remove_orphans
+
+log = logging.getLogger("icerouter.maintenance")
+
+
+# ----------------------------------------------------------------------------- one table
+
+@dataclass
+class MaintenanceReport:
+    table: str
+    dry_run: bool = False
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    snapshots_before: int = 0
+    snapshots_after: int = 0
+    metadata_files_before: int = 0
+    metadata_files_after: int = 0
+    expired_snapshots: int = 0
+    compaction: CompactionResult = field(default_factory=CompactionResult)
+    planned_groups: list[CompactionGroup] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def _data_stats(table) -> tuple[int, int]:
+    summary = table.current_snapshot().summary if table.current_snapshot() else None
+    if summary is None:
+        return 0, 0
+    return int(summary.get("total-data-files") or 0), int(summary.get("total-files-size") or 0)
+
+
+def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False,
+                   orphans: bool = True) -> MaintenanceReport:
+    """expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run)."""
+    started = time.perf_counter()
+    report = MaintenanceReport(_name(table), dry_run)
+    report.files_before, report.bytes_before = _data_stats(table)
+    report.snapshots_before = len(table.metadata.snapshots)
+    report.metadata_files_before = metadata_file_count(table)
+    retain, age = config.retain_last_snapshots, config.max_snapshot_age_seconds
+    if dry_run:
+        report.expired_snapshots = len(plan_expiry(table.metadata.snapshots, table.metadata.current_snapshot_id,
+                                                   retain, age, time.time()))
+        report.planned_groups = plan_compaction(table, config.target_file_size_bytes)
+    else:
+        report.expired_snapshots = expire(table, retain, age).expired
+        report.planned_groups = plan_compaction(table.refresh(), config.target_file_size_bytes)
+        try:
+            report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
+        except CompactionConflict as exc:  # the table is unchanged; the next run plans afresh
+            report.notes.append(f"compaction skipped: {exc.message}")
+        if report.compaction.files_added:
+            report.expired_snapshots += expire(table.refresh(), retain, age).expired
+    if orphans:
+        try:
+            report.orphans = remove_orphans(table, config.orphan_min_age_seconds, dry_run=dry_run)
+        except UnsupportedLocation as exc:
+            report.notes.append(exc.message)
+    table.refresh()
+    report.files_after, report.bytes_after = _data_stats(table)
+    report.snapshots_after = len(table.metadata.snapshots)
+    report.metadata_files_after = metadata_file_count(table)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# ----------------------------------------------------------------------------- many tables
+
+def list_tables(catalog, pattern: str = "*") -> list[str]:
+    """"ns.table" names in every namespace (nested too) that match a glob."""
+    names: set[str] = set()
+    pending, seen = list(catalog.list_namespaces()), set()
+    while pending:
+        namespace = tuple(pending.pop())
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        try:
+            pending += catalog.list_namespaces(namespace)
+        except Exception:  # catalogs without nested namespaces
+            pass
+        names.update(".".join(ident) for ident in catalog.list_tables(namespace))
+    return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+
+
+def maintain_command(config: RouterConfig, table_pattern: str = "*", dry_run: bool = False) -> str:
+    """`icerouter maintain`: maintain every matching table; one failure does not stop the others."""
+    catalog = config.catalog.load()
+    reports = []
+    for name in list_tables(catalog, table_pattern):
+        try:
+            reports.append(maintain_table(catalog.load_table(name), config.maintenance, dry_run=dry_run))
+        except Exception as exc:
+            log.warning("maintenance of %s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            reports.append(MaintenanceReport(name, dry_run, error=f"{type(exc).__name__}: {exc}"))
+    return format_reports(reports, table_pattern, dry_run)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _pair(before, after, show=str) -> str:
+    return show(before) if before == after else f"{show(before)} -> {show(after)}"
+
+
+def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry_run: bool = False) -> str:
+    """One line per table; a dry run shows the current state and what would be done."""
+    if not reports:
+        return f"no tables match {pattern!r}"
+    header = ("table", "data files", "data bytes", "snapshots", "metadata files", "expired", "orphans",
+              "seconds", "status")
+    rows = []
+    for r in reports:
+        if r.error:
+            error = r.error.splitlines()[0]
+            rows.append((r.table, *[""] * 7, f"FAILED {error[:160]}{'...' if len(error) > 160 else ''}"))
+            continue
+        if r.dry_run:
+            files = sum(len(g.files) for g in r.planned_groups)
+            status = f"would rewrite {files} files in {len(r.planned_groups)} groups"
+        else:
+            status = f"ok, rewrote {r.compaction.files_removed} -> {r.compaction.files_added} files"
+        rows.append((r.table, _pair(r.files_before, r.files_after), _pair(r.bytes_before, r.bytes_after, _size),
+                     _pair(r.snapshots_before, r.snapshots_after),
+                     _pair(r.metadata_files_before, r.metadata_files_after), str(r.expired_snapshots),
+                     str(len(r.orphans)), f"{r.seconds:.2f}", status + "".join(f"; {n}" for n in r.notes)))
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in (header, *rows)]
+    failed = sum(1 for r in reports if r.error)
+    title = (f"dry run of {len(reports)} tables ({failed} failed): nothing changed; expired/orphans = would be "
+             "removed" if dry_run else f"maintained {len(reports) - failed} tables, {failed} failed")
+    return "\n".join([title, *lines])
+
+
+class MaintenanceScheduler:
+    """Maintains the job's tables at most once per interval each, called from the driver after commits.
+
+    A table's clock starts when it is first seen; each call runs at most `max_tables_per_run`
+    overdue tables (longest waiting first) so one call never stalls the stream for long.
+    """
+
+    def __init__(self, config: RouterConfig, interval_seconds: float = 600.0, max_tables_per_run: int = 2,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config, self.interval, self.max_tables, self.clock = config, interval_seconds, max_tables_per_run, clock
+        self.last_run: dict[str, float] = {}
+
+    def due(self, table_names: Iterable[str]) -> list[str]:
+        """Tables whose interval elapsed, longest waiting first (first sight starts the clock)."""
+        now = self.clock()
+        for name in table_names:
+            self.last_run.setdefault(name, now)
+        waiting = [(t, n) for n, t in self.last_run.items() if now - t >= self.interval]
+        return [n for _, n in sorted(waiting)][: self.max_tables]
+
+    def maybe_run(self, table_names: Iterable[str]) -> list[MaintenanceReport]:
+        from router.tables import load_table
+
+        reports = []
+        for name in self.due(table_names):
+            self.last_run[name] = self.clock()
+            try:
+                table = load_table(self.config.catalog, name, refresh=True)
+                reports.append(maintain_table(table, self.config.maintenance, orphans=False))
+            except Exception as exc:  # maintenance must never fail ingestion
+                log.warning("scheduled maintenance of %s failed: %s", name, exc)
+                reports.append(MaintenanceReport(name, error=f"{type(exc).__name__}: {exc}"))
+        return reports
+
