@@ -61,6 +61,7 @@ def parse_args(argv):
     ap.add_argument("--trigger", type=float, default=10.0, help="freshness: trigger seconds")
     ap.add_argument("--batches", type=int, default=500, help="soak: commit batches")
     ap.add_argument("--soak-tables", type=int, default=20)
+    ap.add_argument("--commit-threads", type=int, help="job.commit_threads (job default 8)")
     ap.add_argument("--expire-every", type=int, help="maintenance.expire_every_commits (job default)")
     ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
     ap.add_argument("--workdir")
@@ -92,6 +93,7 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         "catalog": {"name": "bench", "properties": {
             "type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": (root / "warehouse").as_uri()}},
         "job": {"name": "bench", "checkpoint": str(root / "checkpoint"), "trigger_seconds": args.trigger,
+                **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
                 "spark": {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [NAMESPACE, "ops", "warm"]},
         "routes": routes,
@@ -134,8 +136,9 @@ def warm_up(spark, args, stack: Stack, root: Path) -> None:
     from router.job import start_query
 
     ids = data.register_topics(stack.registry_url, ["warmup.orders"])
-    stack.broker.create_topics(["warmup.orders"], partitions=2)
-    data.produce_bulk(stack.conf, ids, 2, 2000, data.payload_pool(64))
+    # as many partitions as the job has tasks, so every Python worker slot is started and warm
+    stack.broker.create_topics(["warmup.orders"], partitions=8)
+    data.produce_bulk(stack.conf, ids, 8, 8000, data.payload_pool(64))
     config = parse_config({
         "kafka": {"bootstrap_servers": stack.bootstrap, "topics": ["warmup.orders"], "client": stack.client},
         "registry": {"url": stack.registry_url},

@@ -30,6 +30,14 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 class Profiler:
     """py-spy record on the driver and on every `pyspark.daemon` below it, until `stop()`."""
 
@@ -45,9 +53,9 @@ class Profiler:
             raise SystemExit("--profile needs py-spy: pip install py-spy")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         targets = [("driver", os.getpid(), False)]
-        for pid in _descendants(os.getpid()):
-            cmd = _cmdline(pid)
-            if "pyspark.daemon" in cmd and cmd.rstrip().endswith("pyspark.worker"):
+        daemons = [pid for pid in _descendants(os.getpid()) if "pyspark.daemon" in _cmdline(pid)]
+        for pid in daemons:  # the daemon itself (its forked workers are followed with --subprocesses)
+            if _cmdline(pid).rstrip().endswith("pyspark.worker") and _parent(pid) not in daemons:
                 targets.append((f"workers-{pid}", pid, True))
         for name, pid, subs in targets:
             out = self.out_dir / f"{name}.txt"
@@ -67,7 +75,7 @@ class Profiler:
             except subprocess.TimeoutExpired:
                 proc.kill()
             if out.exists():
-                summary[name.split("-")[0]] = summarize(out)
+                summary[name] = summarize(out)
         return summary
 
 

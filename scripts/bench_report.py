@@ -106,7 +106,8 @@ def render_freshness(r: dict) -> list[str]:
 
 def render_soak(r: dict) -> list[str]:
     d = r["commit_drift"]
-    lines = [f"soak: {r['batches']} commit batches over {r['tables']} tables (commit path only, no Spark), "
+    lines = [f"soak: {r['batches']} commit batches over {r['tables']} tables (commit path only, no Spark, "
+             f"{r['commit_threads']} commit threads), "
              f"expire every {r['expire_every']} commits keeping {r['retain_last']} snapshots younger than "
              f"{r['max_snapshot_age']} s; load average before {r['load_before']} after {r['load_after']}",
              f"  per-table commit latency        first 10 batches {d['first10_ms']:.1f} ms, last 10 "

@@ -40,7 +40,8 @@ def run_soak(args, root: Path) -> dict:
     for name in names:
         create_table(catalog, name, schema)
     expirer = SnapshotExpirer(catalog, maintenance)
-    result = {"mode": "soak", "batches": args.batches, "tables": len(names),
+    threads = args.commit_threads or 8
+    result = {"mode": "soak", "batches": args.batches, "tables": len(names), "commit_threads": threads,
               "expire_every": maintenance.expire_every_commits, "retain_last": maintenance.retain_last_snapshots,
               "max_snapshot_age": maintenance.max_snapshot_age_seconds, "load_before": load_average()}
     per_batch, batch_wall = [], []
@@ -53,7 +54,7 @@ def run_soak(args, root: Path) -> dict:
             files = list(_dataframe_to_data_files(table.metadata, data, table.io))
             results.append(TableResult(name, data_files=files, rows=100, offsets={"soak/0": [batch_id, batch_id]}))
         started = time.perf_counter()
-        report = commit_all(catalog, results, "soak", batch_id)
+        report = commit_all(catalog, results, "soak", batch_id, threads=threads)
         batch_wall.append(time.perf_counter() - started)
         for outcome in report.outcomes:
             expirer.after_commit(outcome)
