@@ -117,6 +117,7 @@ class JobConfig:
     commit_threads: int = 8
     commit_retries: int = 6
     spark: Mapping[str, Any] = field(default_factory=dict)
+    fused_read: bool = True  # source tasks decode and write themselves (see router/fused.py)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,7 @@ def _catalog(data: Any, base: Path) -> CatalogConfig:
 
 def _job(data: Any, base: Path) -> JobConfig:
     s = _Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
-                               "commit_retries", "spark"))
+                               "commit_retries", "spark", "fused_read"))
     name = s.get("name", "icerouter", str)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
@@ -299,7 +300,8 @@ def _job(data: Any, base: Path) -> JobConfig:
     status = s.get("status_file", None, str)
     return JobConfig(name, checkpoint, float(s.positive("trigger_seconds", 10.0, float)),
                      str((base / status).resolve()) if status else None,
-                     s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"))
+                     s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
+                     bool(s.get("fused_read", True, bool)))
 
 
 def _tables(data: Any) -> TablesConfig:

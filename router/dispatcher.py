@@ -79,6 +79,9 @@ class Dispatcher:
         self.failure_streak: dict[str, int] = {}
         self.quarantined: dict[str, str] = {}
         self.last_timings: dict = {}
+        self.last_ranges: list = []
+        self.fused: str | None = None  # source options JSON when the source tasks write (fused read)
+        self.quarantine_file: str | None = None
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
         dlq_producer = None
@@ -92,20 +95,36 @@ class Dispatcher:
             redirect=redirect, quarantined=frozenset(self.quarantined))
 
     def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
-        fn = functools.partial(process_partition, ctx=ctx)
-        rows = df.mapInArrow(fn, _spark_schema()).collect()
+        if ctx.redirect and self.fused is not None:
+            from router.fused import redirect_pass
+
+            rows = redirect_pass(df.sparkSession, self.fused, self.last_ranges, ctx)
+        elif self.fused is not None:
+            rows = [(r["table"], r["descriptor"]) for r in df.collect()]  # tasks already decoded and wrote
+        else:
+            fn = functools.partial(process_partition, ctx=ctx)
+            rows = [(r["table"], r["descriptor"]) for r in df.mapInArrow(fn, _spark_schema()).collect()]
+        return self.merge_rows(rows, keep_stats=not ctx.redirect)
+
+    def merge_rows(self, rows, keep_stats: bool = True) -> dict[str, TableResult]:
         merged: dict[str, TableResult] = {}
-        self.last_timings = {}
-        for row in rows:
-            if row["table"] == STATS_ROW:
-                for key, value in pickle.loads(row["descriptor"]).items():
-                    self.last_timings[key] = self.last_timings.get(key, 0) + value
+        timings: dict[str, float] = {}
+        ranges: list = []
+        for table, blob in rows:
+            if table == STATS_ROW:
+                for key, value in pickle.loads(blob).items():
+                    if key == "ranges":
+                        ranges.append(value)
+                    else:
+                        timings[key] = timings.get(key, 0) + value
                 continue
-            result: TableResult = pickle.loads(row["descriptor"])
+            result: TableResult = pickle.loads(blob)
             if result.table in merged:
                 merged[result.table].merge(result)
             else:
                 merged[result.table] = result
+        if keep_stats:
+            self.last_timings, self.last_ranges = timings, ranges
         return merged
 
     def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
@@ -168,6 +187,10 @@ class Dispatcher:
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
         self.track_failures(broken, {o.table for o in report.committed})
+        if self.quarantine_file and self.quarantined:
+            from router.fused import write_quarantine
+
+            write_quarantine(self.quarantine_file, list(self.quarantined))
         stats.tables_committed = len([o for o in report.committed if o.table != dlq_table])
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.tables_failed = len(failed)

@@ -67,10 +67,19 @@ def source_options(config: RouterConfig):
 
 def start_query(spark, config: RouterConfig, available_now: bool = False, dispatcher: Dispatcher | None = None):
     """Start the streaming query; returns (query, dispatcher)."""
-    from router.source import kafka_stream
+    from router.source import jvm_kafka_available, kafka_stream
 
     dispatcher = dispatcher or Dispatcher(config)
-    stream = kafka_stream(spark, source_options(config))
+    options = source_options(config)
+    if config.job.fused_read and not jvm_kafka_available(spark):
+        from router.fused import fused_stream, write_quarantine
+
+        dispatcher.quarantine_file = f"{config.job.checkpoint.rstrip('/')}.quarantine.json"
+        write_quarantine(dispatcher.quarantine_file, list(dispatcher.quarantined))  # a restart clears it
+        stream = fused_stream(spark, options, dispatcher.context(-1), dispatcher.quarantine_file)
+        dispatcher.fused = options.to_json()
+    else:
+        stream = kafka_stream(spark, options)
     writer = (stream.writeStream.queryName(config.job.name)
               .option("checkpointLocation", config.job.checkpoint)
               .foreachBatch(dispatcher))
