@@ -28,7 +28,8 @@ from router.writer import STATS_ROW, DispatchContext, TableResult, process_parti
 log = logging.getLogger("icerouter.job")
 
 QUARANTINE_AFTER = 3  # consecutive failing batches before a table is quarantined until restart
-TRANSIENT_MARKERS = ("RegistryUnavailable", "TRANSIENT", "Connection refused", "OperationalError")
+TRANSIENT_MARKERS = ("RegistryUnavailable", "TRANSIENT", "Connection refused", "OperationalError",
+                     "could not connect", "server closed the connection", "database is locked")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -154,8 +155,7 @@ class Dispatcher:
         dlq_result = results.pop(dlq_table, None) if dlq_table else None
 
         t_commit = time.perf_counter()
-        report = commit_all(self.config.catalog, results.values(), job.name, batch_id,
-                            threads=job.commit_threads, retries=job.commit_retries)
+        report = self.commit_with_outage_retry(results, batch_id)
         failed = {o.table: o.error for o in report.failed}
         failed.update({r.table: r.failure for r in results.values() if r.failure and r.table not in failed})
         commit_failed = frozenset(o.table for o in report.failed)
@@ -199,6 +199,26 @@ class Dispatcher:
         stats.changes = {r.table: r.changes for r in results.values() if r.changes}
         stats.total_seconds = time.perf_counter() - started
         self.record(stats)
+
+    def commit_with_outage_retry(self, results: dict[str, TableResult], batch_id: int):
+        """Commit every table; while ALL of them fail with catalog connection errors, it is an outage
+        of the catalog, not a bad table: wait and retry instead of quarantining everything."""
+        job = self.config.job
+        report = commit_all(self.config.catalog, results.values(), job.name, batch_id,
+                            threads=job.commit_threads, retries=job.commit_retries)
+        deadline = time.monotonic() + self.transient_retry_seconds
+        delay = 2.0
+        while (report.failed and not report.committed and time.monotonic() < deadline
+               and all(is_transient(RuntimeError(o.error or "")) for o in report.failed)):
+            log.warning("batch %s: catalog unreachable (%s); retrying in %.0fs", batch_id,
+                        (report.failed[0].error or "")[:200], delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            retry = commit_all(self.config.catalog, [results[o.table] for o in report.failed], job.name,
+                               batch_id, threads=job.commit_threads, retries=job.commit_retries)
+            done = [o for o in report.outcomes if o.status != "failed"]
+            report.outcomes = done + retry.outcomes
+        return report
 
     def track_failures(self, broken: dict[str, str], healthy: set[str]) -> None:
         """Quarantine a table that failed QUARANTINE_AFTER batches in a row (logged once, with the reason)."""
