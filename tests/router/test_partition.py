@@ -207,3 +207,37 @@ def test_table_failing_three_batches_is_quarantined_to_the_dlq(catalog_config, r
     assert [r[0] for r in read(catalog_config, f"{ns}.{ns}_well", "id")] == [1]
     letters = read(catalog_config, f"{ns}.dead_letters", "topic, error_class, table_name", order="1")
     assert letters == [(sick, "quarantined", sick_table)]
+
+
+NESTED_V1 = {"type": "record", "name": "Shipment", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "address", "type": {"type": "record", "name": "Addr", "fields": [{"name": "city", "type": "string"}]}},
+    {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "Item", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+]}
+NESTED_V2 = json.loads(json.dumps(NESTED_V1))
+NESTED_V2["fields"][1]["type"]["fields"].append({"name": "country", "type": ["null", "string"], "default": None})
+NESTED_V2["fields"][2]["type"]["items"]["fields"][1] = {"name": "qty", "type": "long"}
+NESTED_V2["fields"][2]["type"]["items"]["fields"].append({"name": "gift", "type": ["null", "boolean"], "default": None})
+
+
+def test_nested_fields_evolve_in_structs_and_list_elements(catalog_config, registry_url, unique_name):
+    ns = unique_name("n")
+    topic = f"{ns}.shipments"
+    v1 = data.Encoder(NESTED_V1, data.register(registry_url, f"{topic}-value", NESTED_V1))
+    v2 = data.Encoder(NESTED_V2, data.register(registry_url, f"{topic}-value", NESTED_V2))
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}"}])
+    old = {"id": 1, "address": {"city": "Oslo"}, "items": [{"sku": "a", "qty": 2}]}
+    new = {"id": 2, "address": {"city": "Lima", "country": "PE"}, "items": [{"sku": "b", "qty": 5_000_000_000,
+                                                                              "gift": True}]}
+    run_batch(dispatcher, [source_batch([(topic, 0, 0, v1(old), None)])], 0)
+    results, report = run_batch(dispatcher, [source_batch([(topic, 0, 1, v2(new), None)])], 1)
+    assert not report.failed
+    changes = results[f"{ns}.{ns}_shipments"].changes
+    assert any("address.country" in c for c in changes) and any("gift" in c for c in changes)
+    rows = read(catalog_config, f"{ns}.{ns}_shipments", "id, address, items", order="id")
+    assert rows[0][1] == {"city": "Oslo", "country": None}
+    assert rows[0][2] == [{"sku": "a", "qty": 2, "gift": None}]
+    assert rows[1][1] == {"city": "Lima", "country": "PE"}
+    assert rows[1][2] == [{"sku": "b", "qty": 5_000_000_000, "gift": True}]
