@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from router.config import RouterConfig
@@ -33,7 +34,10 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
     from pyspark.sql import SparkSession
 
-    settings = {**SPARK_DEFAULTS, **{k: str(v) for k, v in config.job.spark.items()}, **(extra or {})}
+    log4j = Path(__file__).with_name("log4j2.properties")
+    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+             "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
+    settings = {**SPARK_DEFAULTS, **quiet, **{k: str(v) for k, v in config.job.spark.items()}, **(extra or {})}
     master = settings.pop("spark.master")
     if master.startswith("local[") and "," not in master:
         master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
