@@ -170,8 +170,7 @@ class Dispatcher:
                 else:
                     dlq_result.merge(extra)
         if dlq_result is not None:
-            dlq_report = commit_all(self.config.catalog, [dlq_result], job.name, batch_id,
-                                    threads=1, retries=max(job.commit_retries, 10))
+            dlq_report = self.commit_with_outage_retry({dlq_table: dlq_result}, batch_id)  # waits out a catalog outage
             if dlq_report.failed:
                 # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.
                 raise RuntimeError(f"dead-letter table {dlq_table} commit failed: {dlq_report.failed[0].error}")

@@ -270,9 +270,10 @@ class PartitionWriter:
                          pc.take(self.source.column("offset"), rows))
         except Exception as exc:  # one bad table must not stop the others: dead-letter its records
             from registry.exceptions import RegistryError
+            from router.dispatcher import is_transient
 
-            if isinstance(exc, RegistryError) and exc.transient:
-                raise
+            if (isinstance(exc, RegistryError) and exc.transient) or is_transient(exc):
+                raise  # registry or catalog unreachable: the whole batch waits and retries, nothing is dead-lettered
             log.exception("table %s failed in this task", table_id)
             result.failure = f"{type(exc).__name__}: {exc}"
             result.broken = True
