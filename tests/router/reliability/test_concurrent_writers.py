@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.router.reliability import scenarios
+from tests.router.reliability import concurrency, scenarios
 from tests.router.reliability.helpers import load_catalog_from
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ def outcome(kafka_bootstrap, registry_url, postgres_uri, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("concurrent")
     props = {"type": "sql", "uri": postgres_uri, "warehouse": (workdir / "warehouse").as_uri()}
     services = scenarios.Services(kafka_bootstrap, {"url": registry_url}, props)
-    return scenarios.concurrent_writers(services, workdir)
+    return concurrency.concurrent_writers(services, workdir)
 
 
 def test_both_jobs_finish(outcome):
@@ -34,9 +34,9 @@ def test_all_rows_land_once(outcome):
     shared = outcome.facts["shared"]
     want, got = outcome.ledger.expected[shared], outcome.tally.observed[shared]
     assert got == want, f"missing {sum((want - got).values())}, duplicated {sum((got - want).values())}"
-    assert len(outcome.facts["appended"]) == scenarios.APPENDED_ROWS
-    assert sum(want.values()) == 2 * scenarios.CONCURRENT_TOPICS * scenarios.CONCURRENT_PER_TOPIC \
-        + scenarios.APPENDED_ROWS
+    assert len(outcome.facts["appended"]) == concurrency.APPENDED_ROWS
+    assert sum(want.values()) == 2 * concurrency.CONCURRENT_TOPICS * concurrency.CONCURRENT_PER_TOPIC \
+        + concurrency.APPENDED_ROWS
     assert outcome.tally.dead_letters == 0
 
 
@@ -46,7 +46,7 @@ def test_writers_interleaved_and_each_job_tracks_its_own_offsets(outcome):
     # several batches per job (max_records_per_batch) plus the appender's own snapshots
     for job in outcome.facts["jobs"]:
         assert jobs.count(job) >= 2, jobs
-    assert jobs.count(None) >= scenarios.APPENDED_ROWS
+    assert jobs.count(None) >= concurrency.APPENDED_ROWS
     for side, job in zip(("a", "b"), outcome.facts["jobs"]):
         progress = json.loads(table.properties[f"icerouter.offsets.{job}"])
         expected = {}
