@@ -241,3 +241,36 @@ def test_nested_fields_evolve_in_structs_and_list_elements(catalog_config, regis
     assert rows[0][2] == [{"sku": "a", "qty": 2, "gift": None}]
     assert rows[1][1] == {"city": "Lima", "country": "PE"}
     assert rows[1][2] == [{"sku": "b", "qty": 5_000_000_000, "gift": True}]
+
+
+def test_dead_letters_also_go_to_a_kafka_topic(tmp_path, registry_url, kafka_bootstrap, unique_name):
+    from confluent_kafka import Consumer
+
+    ns = unique_name("k")
+    topic, dlq_topic = f"{ns}.orders", f"{ns}.dlq"
+    catalog = CatalogConfig(ns, {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}",
+                                 "warehouse": (tmp_path / "wh").as_uri()})
+    enc = data.Encoder(data.CLICK, data.register(registry_url, f"{topic}-value", data.CLICK))
+    dispatcher = Dispatcher(parse_config({
+        "kafka": {"bootstrap_servers": kafka_bootstrap, "pattern": ".*"}, "registry": {"url": registry_url},
+        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
+        "routes": [{"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}"}],
+        "dlq": {"table": f"{ns}.dead_letters", "topic": dlq_topic}}))
+    run_batch(dispatcher, [source_batch([(topic, 0, 0, enc(data.click(0)), None),
+                                         (topic, 0, 1, b"not framed", [("trace", b"t-1")])])])
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": ns, "auto.offset.reset": "earliest"})
+    consumer.subscribe([dlq_topic])
+    try:
+        msg = None
+        for _ in range(60):
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                break
+        assert msg is not None and msg.value() == b"not framed"
+        headers = dict(msg.headers())
+        assert headers["trace"] == b"t-1"
+        assert headers["icerouter.error.class"] == b"wire_format"
+        assert headers["icerouter.source"] == f"{topic}/0/1".encode()
+    finally:
+        consumer.close()
+    assert len(read(catalog, f"{ns}.dead_letters", "value", order="1")) == 1
