@@ -132,14 +132,14 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
 
         print("phase 2: schema v2 on half the topics (new column `channel`, quantity int -> long), "
               "a new topic, a poison record", file=out)
-        for t in order_topics[: len(order_topics) // 2]:
+        v2_topics = order_topics[: max(1, len(order_topics) // 2)]
+        for t in v2_topics:
             encoders[(t, 2)] = data.Encoder(data.ORDER_V2, data.register(registry_url, f"{t}-value", data.ORDER_V2))
-        v2_topics = order_topics[: len(order_topics) // 2]
         data.produce(bootstrap, _messages(v2_topics, records, records // 2, 2, encoders, click_enc, pay_enc))
         late = [("shop.orders_late", str(i).encode(), encoders[("shop.orders_late", 1)](data.order(i)), None)
                 for i in range(500)]
         poison = [(order_topics[0], b"poison", b"\x00\x00\x00\x00\x01not avro at all", None),
-                  (order_topics[1], b"poison", b"plain text, not framed", None)]
+                  (order_topics[-1], b"poison", b"plain text, not framed", None)]
         data.produce(bootstrap, iter(late + poison))
         expected += _expected_rows(v2_topics, records // 2) + len(late) + len(poison)
         if not wait_for(progress, expected, query, timeout=300):

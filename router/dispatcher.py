@@ -50,6 +50,7 @@ class BatchStats:
     commit_seconds: float = 0.0
     total_seconds: float = 0.0
     attempts: int = 1
+    lag: int | None = None  # records behind the latest offsets, as of the previous batch's progress
     task_seconds: dict = dataclasses.field(default_factory=dict)
     failed_tables: dict = dataclasses.field(default_factory=dict)
     changes: dict = dataclasses.field(default_factory=dict)
@@ -57,7 +58,7 @@ class BatchStats:
     def line(self) -> str:
         return (f"batch {self.batch_id}: {self.rows_written} rows -> {self.tables_committed} tables "
                 f"({self.tables_skipped} already committed, {self.tables_failed} failed), "
-                f"{self.dead_letters} dead letters; dispatch {self.dispatch_seconds:.2f}s "
+                f"{self.dead_letters} dead letters; lag {'-' if self.lag is None else f'{self.lag:,}'}; dispatch {self.dispatch_seconds:.2f}s "
                 f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s; task time "
                 + " ".join(f"{k} {v:.2f}s" for k, v in self.task_seconds.items()))
 
@@ -230,7 +231,25 @@ class Dispatcher:
                 log.error("table %s quarantined after %d failing batches (%s); its records go to the "
                           "dead-letter table until the job restarts", table, streak, reason)
 
+    def lag(self) -> int | None:
+        """Records between the last planned end offsets and the latest ones (Spark's last progress)."""
+        query = getattr(self, "query", None)
+        try:
+            progress = query.lastProgress if query is not None else None
+            if not progress or not progress.get("sources"):
+                return None
+            source = progress["sources"][0]
+            latest, end = source.get("latestOffset"), source.get("endOffset")
+            latest = json.loads(latest) if isinstance(latest, str) else latest
+            end = json.loads(end) if isinstance(end, str) else end
+            if not isinstance(latest, dict) or not isinstance(end, dict):
+                return None
+            return sum(max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items())
+        except Exception:  # progress is best effort, never a reason to fail a batch
+            return None
+
     def record(self, stats: BatchStats) -> None:
+        stats.lag = self.lag()
         self.history.append(stats)
         self.history = self.history[-100:]
         self.totals["rows"] += stats.rows_written

@@ -92,6 +92,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False, dispat
     else:
         writer = writer.trigger(processingTime=f"{config.job.trigger_seconds} seconds")
     query = writer.start()
+    dispatcher.query = query  # for lag in the batch log line and the status file
     log.info("query %s started (checkpoint %s)", config.job.name, config.job.checkpoint)
     return query, dispatcher
 
