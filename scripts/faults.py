@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             failed |= bool(tally.lost or tally.duplicated or tally.misplaced)
             facts = {k: v for k, v in outcome.facts.items() if isinstance(v, (bool, int, float)) and k != "big_bytes"}
             notes.append(f"{name}: {time.monotonic() - started:.0f}s; runs {_codes(outcome.runs)}; "
-                         + ", ".join(f"{k}={v}" for k, v in facts.items()))
+                         + ", ".join(f"{k}={round(v, 1) if isinstance(v, float) else v}" for k, v in facts.items()))
             print(f"[{name}] done in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     finally:
         if not args.workdir:
