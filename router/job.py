@@ -99,8 +99,17 @@ def start_query(spark, config: RouterConfig, available_now: bool = False, dispat
 
 def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
     """Run until stopped (or until caught up with --available-now)."""
+    import signal
+    import threading
+
     spark = build_spark(config)
     query, dispatcher = start_query(spark, config, available_now)
+
+    def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
+        log.info("signal %s: stopping %s after the current batch", signum, config.job.name)
+        threading.Thread(target=query.stop, name="icerouter-stop", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
