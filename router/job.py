@@ -31,6 +31,9 @@ SPARK_DEFAULTS = {
 def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     """A SparkSession with our defaults; settings from `job.spark` win. Call before any JVM starts."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # a corrupt Avro payload makes the columnar reader panic (caught, the record is dead-lettered);
+    # keep that to one line in the worker logs instead of a full Rust backtrace
+    os.environ["RUST_BACKTRACE"] = "0"
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
     from pyspark.sql import SparkSession
 
