@@ -166,8 +166,10 @@ def raw_consume(conf: dict, topics: list[str], partitions: int, expected: int) -
     """One process draining every partition with confluent-kafka: the ceiling. Returns seconds."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    # noida-db answers a fetch with everything available (over 1 GB here): allow the largest response
     consumer = Consumer({**conf, "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}", "enable.auto.commit": "false",
-                         "enable.partition.eof": "true", "auto.offset.reset": "earliest"})
+                         "enable.partition.eof": "true", "auto.offset.reset": "earliest",
+                         "receive.message.max.bytes": "2147483647", "fetch.max.bytes": "52428800"})
     tps = [TopicPartition(t, p, 0) for t in topics for p in range(partitions)]
     consumer.assign(tps)
     started = time.perf_counter()
