@@ -139,9 +139,9 @@ class DlqConfig:
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    expire_every_commits: int = 50
+    expire_every_commits: int = 10
     retain_last_snapshots: int = 5
-    max_snapshot_age_seconds: int = 600
+    max_snapshot_age_seconds: int = 60
     target_file_size_bytes: int = 128 * 1024 * 1024
     orphan_min_age_seconds: int = 3 * 24 * 3600
     compact_interval_seconds: int = 900  # per table, in a background thread of the job

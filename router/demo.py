@@ -138,7 +138,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         data.produce(bootstrap, _messages(v2_topics, records, records // 2, 2, encoders, click_enc, pay_enc))
         late = [("shop.orders_late", str(i).encode(), encoders[("shop.orders_late", 1)](data.order(i)), None)
                 for i in range(500)]
-        poison = [(order_topics[0], b"poison", b"\x00\x00\x00\x00\x01not avro at all", None),
+        poison = [(order_topics[0], b"poison", b"\x00\x7f\xff\xff\xf0not avro at all", None),
                   (order_topics[-1], b"poison", b"plain text, not framed", None)]
         data.produce(bootstrap, iter(late + poison))
         expected += _expected_rows(v2_topics, records // 2) + len(late) + len(poison)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -177,21 +178,38 @@ def pack_ranges(
             hi = lo + step + (1 if i < extra else 0)
             pieces.append(Range(r.topic, r.partition, lo, hi))
             lo = hi
-    n_bins = min(target_tasks, len(pieces))
-    pieces.sort(key=lambda r: (-r.count, r))
+    # Keep a topic's partitions in one task when they fit in one: every task writes one data file
+    # per table it touches, so spreading a topic over all tasks multiplies the small files.
+    per_tp = Counter((r.topic, r.partition) for r in pieces)
+    split = {tp for tp, n in per_tp.items() if n > 1}
+    by_topic: dict[str, list[Range]] = {}
+    units: list[list[Range]] = []
+    for piece in pieces:
+        if (piece.topic, piece.partition) in split:
+            units.append([piece])
+        else:
+            by_topic.setdefault(piece.topic, []).append(piece)
+    for group in by_topic.values():
+        if sum(r.count for r in group) <= ideal:
+            units.append(group)
+        else:
+            units.extend([r] for r in group)
+    n_bins = min(target_tasks, len(units))
+    units.sort(key=lambda u: (-sum(r.count for r in u), u))
     heap = [(0, i) for i in range(n_bins)]
     bins: list[list[Range]] = [[] for _ in range(n_bins)]
     members: list[set[tuple[str, int]]] = [set() for _ in range(n_bins)]
-    for piece in pieces:
-        tp = (piece.topic, piece.partition)
+    for unit in units:
+        tps = {(r.topic, r.partition) for r in unit}
+        weight = sum(r.count for r in unit)
         skipped = []
         load, i = heapq.heappop(heap)
-        while tp in members[i]:
+        while tps & members[i]:
             skipped.append((load, i))
             load, i = heapq.heappop(heap)
-        bins[i].append(piece)
-        members[i].add(tp)
-        heapq.heappush(heap, (load + piece.count, i))
+        bins[i].extend(unit)
+        members[i] |= tps
+        heapq.heappush(heap, (load + weight, i))
         for item in skipped:
             heapq.heappush(heap, item)
     return [sorted(b) for b in bins if b]
