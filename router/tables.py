@@ -110,12 +110,19 @@ def create_table(config: CatalogConfig, identifier: str, schema: Schema, partiti
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         pass
+    except Exception:  # two tasks creating it at once: the loser sees a unique-key violation
+        if namespace not in {".".join(ns) for ns in catalog.list_namespaces()}:
+            raise
     props = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
     try:
         usable = [p for p in partition_by if _column_of(p) and _has(schema, _column_of(p))]
         spec = parse_partition_spec(schema, usable) if usable else PartitionSpec()
         table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
     except TableAlreadyExistsError:
+        table = catalog.load_table(identifier)
+    except Exception:  # a concurrent creation can also surface as a unique-key violation
+        if not catalog.table_exists(identifier):
+            raise
         table = catalog.load_table(identifier)
     with _lock:
         _tables[(_key(config), identifier)] = table
