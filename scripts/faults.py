@@ -64,21 +64,7 @@ def run_bad_input(workdir: Path) -> scenarios.Outcome:
 
 
 def run_faults(workdir: Path) -> scenarios.Outcome:
-    from router.devstack.broker import LocalBroker
-    from router.devstack.catalog import LocalPostgres
-
-    broker = LocalBroker(str(workdir / "broker"), tied_to_parent=True)
-    registry = outages.RegistryProcess(workdir / "registry.json")
-    postgres = LocalPostgres(tied_to_parent=True)
-    broker.start()
-    registry.start()
-    postgres.start()
-    try:
-        return outages.faults(outages.FaultServices(broker, registry, postgres, workdir / "warehouse"), workdir)
-    finally:
-        registry.stop()
-        postgres.stop(remove_data=True)
-        broker.stop(remove_data=True)
+    return outages.run_on_own_services(workdir)
 
 
 def run_concurrent(workdir: Path) -> scenarios.Outcome:

@@ -193,3 +193,22 @@ def _landed_any(catalog_props: dict, name: str, coords: list) -> bool:
     finally:
         con.close()
     return any(c in got for c in coords)
+
+
+def run_on_own_services(workdir: Path) -> Outcome:
+    """The fault scenario on a broker, registry and PostgreSQL of its own (each can be stopped)."""
+    from router.devstack.broker import LocalBroker
+    from router.devstack.catalog import LocalPostgres
+
+    broker = LocalBroker(str(workdir / "broker"), tied_to_parent=True)
+    registry = RegistryProcess(workdir / "registry.json")
+    postgres = LocalPostgres(tied_to_parent=True)
+    broker.start()
+    registry.start()
+    postgres.start()
+    try:
+        return faults(FaultServices(broker, registry, postgres, workdir / "warehouse"), workdir)
+    finally:
+        registry.stop()
+        postgres.stop(remove_data=True)
+        broker.stop(remove_data=True)

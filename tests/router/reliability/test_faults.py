@@ -20,8 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
-    from router.devstack.broker import LocalBroker
-    from router.devstack.catalog import LocalPostgres, find_postgres_bindir
+    from router.devstack.catalog import find_postgres_bindir
     from router.devstack.exceptions import ServiceMissingError
 
     try:
@@ -29,18 +28,7 @@ def outcome(tmp_path_factory):
     except ServiceMissingError as exc:
         pytest.skip(f"no PostgreSQL server binaries: {exc}")
     workdir = tmp_path_factory.mktemp("faults")
-    broker = LocalBroker(str(workdir / "broker"), tied_to_parent=True)
-    registry = outages.RegistryProcess(workdir / "registry.json")
-    postgres = LocalPostgres(tied_to_parent=True)
-    broker.start()
-    registry.start()
-    postgres.start()
-    try:
-        yield outages.faults(outages.FaultServices(broker, registry, postgres, workdir / "warehouse"), workdir)
-    finally:
-        registry.stop()
-        postgres.stop(remove_data=True)
-        broker.stop(remove_data=True)
+    return outages.run_on_own_services(workdir)
 
 
 def test_sigkill_during_commit_several_times(outcome):
