@@ -147,7 +147,6 @@ class Dispatcher:
     def __call__(self, df, batch_id: int) -> None:
         started = time.perf_counter()
         stats = BatchStats(batch_id)
-        job = self.config.job
         results = self.dispatch_with_retry(df, self.context(batch_id), stats)
         stats.dispatch_seconds = time.perf_counter() - started
         stats.records = int(self.last_timings.get("records", 0))

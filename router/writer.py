@@ -18,6 +18,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -158,14 +159,11 @@ def sort_by_topic(source: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]
                                                ("offset", "ascending")])
     ordered = source.take(order)
     topics = ordered.column("topic").combine_chunks()
-    runs = []
     encoded = topics.dictionary_encode()
     indices = encoded.indices.to_numpy(zero_copy_only=False)
-    start = 0
-    for i in range(1, len(indices) + 1):
-        if i == len(indices) or indices[i] != indices[start]:
-            runs.append((encoded.dictionary[indices[start]].as_py(), start, i - start))
-            start = i
+    starts = np.concatenate(([0], np.flatnonzero(indices[1:] != indices[:-1]) + 1))
+    ends = np.append(starts[1:], len(indices))
+    runs = [(encoded.dictionary[indices[a]].as_py(), int(a), int(b - a)) for a, b in zip(starts, ends)]
     return ordered, runs
 
 
