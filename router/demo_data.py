@@ -96,6 +96,17 @@ def register(registry_url: str, subject: str, schema: dict) -> int:
     return client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
 
 
+def produce_one(producer, topic: str, key, value, headers, on_delivery) -> None:
+    """Produce one record, waiting for room when the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.1)
+    producer.poll(0)
+
+
 def produce(bootstrap: str, messages: Iterator[tuple[str, bytes | None, bytes | None, list | None]],
             extra: dict | None = None) -> int:
     """Produce (topic, key, value, headers) tuples; returns how many were acknowledged."""
@@ -113,13 +124,7 @@ def produce(bootstrap: str, messages: Iterator[tuple[str, bytes | None, bytes | 
             errors.append(str(err))
 
     for topic, key, value, headers in messages:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
+        produce_one(producer, topic, key, value, headers, on_delivery)
     producer.flush(60)
     if errors:
         raise RuntimeError(f"{len(errors)} records not delivered: {errors[0]}")

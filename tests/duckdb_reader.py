@@ -6,38 +6,22 @@ we LOAD them by path, so no network access or extension directory is needed.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-__all__ = ["connect", "read_iceberg", "read_iceberg_rows", "extension_path"]
+from router.summary import duckdb_connect, metadata_path
 
-
-def extension_path(name: str) -> Path:
-    """Path of the ``<name>.duckdb_extension`` binary shipped in its wheel."""
-    module = __import__(f"duckdb_extension_{name}")
-    base = Path(module.__path__[0]) / "extensions"
-    version_dir = base / f"v{duckdb.__version__}"
-    matches = sorted(version_dir.rglob(f"{name}.duckdb_extension")) or sorted(
-        base.rglob(f"{name}.duckdb_extension"))
-    if not matches:
-        raise FileNotFoundError(f"no {name}.duckdb_extension under {base}")
-    return matches[0]
+__all__ = ["connect", "read_iceberg", "read_iceberg_rows"]
 
 
 def connect() -> duckdb.DuckDBPyConnection:
     """In-memory DuckDB connection with avro + iceberg loaded from the wheels."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False,
-                                 "autoload_known_extensions": False})
-    for name in ("avro", "iceberg"):
-        con.execute(f"LOAD '{extension_path(name)}'")
-    return con
+    return duckdb_connect()
 
 
 def _metadata_location(table) -> str:
-    location = table.metadata_location
-    return location[len("file://"):] if location.startswith("file://") else location
+    return metadata_path(table)
 
 
 def read_iceberg(table, order_by: str | None = None) -> pa.Table:

@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from router import demo_data as data
+
 REPO = Path(__file__).resolve().parents[3]
 Coord = tuple[str, int, int]
 CATALOG_NAME = "reliability"  # SqlCatalog keys tables by catalog name: job and checks must agree
@@ -188,21 +190,14 @@ class Ledger:
                 else:
                     for table in target:
                         self.expect(table, coord)
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
+            data.produce_one(producer, topic, key, value, headers, on_delivery)
         left = producer.flush(60)
         assert left == 0 and not errors, f"{left} records not acknowledged: {errors[:3]}"
         return coords
 
 
 # ---------------------------------------------------------------- reading back with DuckDB
-def metadata_path(table) -> str:
-    return table.metadata_location.removeprefix("file://")
+from router.summary import metadata_path  # noqa: E402  (re-exported for the scenario modules)
 
 
 def read_coords(con, table) -> Counter:
