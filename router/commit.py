@@ -1,13 +1,14 @@
 """Driver side: one atomic commit per table, in parallel, exactly once.
 
 Each table gets one transaction: fast append of the files the executors wrote
-plus the table property ``icerouter.offsets.<job>`` holding the batch id and
-the next Kafka offsets it covers. On replay (same batch id after a crash), a
-table whose stored batch id is >= the current one is skipped, so every table
-commits each batch exactly once. We own the retry loop (pyiceberg's own retry
-re-applies stale preconditions): refresh, re-check the batch id, re-append,
-jittered backoff. A table that still fails is reported, never raised: the other
-tables of the batch commit regardless.
+plus the offsets it now holds (router/progress.py: table property and snapshot
+summary). Exactly-once is decided by offsets, never by Spark batch ids: the
+executors already dropped the rows a table held, and the commit re-checks on
+fresh metadata; a result the table holds entirely is skipped, one it holds in
+part is refused (committing it would write rows twice). We own the retry loop
+(pyiceberg's own retry re-applies stale preconditions): refresh, re-check,
+re-append, jittered backoff. A table that still fails is reported, never
+raised: the other tables of the batch commit regardless.
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
 from router.config import CatalogConfig, MaintenanceConfig
 from router.faults import crash_point
+from router.progress import next_offsets, overlap, property_name, stored_progress
 from router.tables import backoff, load_table
 from router.writer import TableResult
 
 log = logging.getLogger("icerouter.commit")
-
-OFFSETS_PROPERTY = "icerouter.offsets.{job}"
 
 
 @dataclass
@@ -57,49 +57,57 @@ class CommitReport:
         return [o for o in self.outcomes if o.status == "committed"]
 
 
-def stored_progress(table, job: str) -> dict:
-    raw = table.properties.get(OFFSETS_PROPERTY.format(job=job))
-    if not raw:
-        return {"batch_id": -1, "offsets": {}}
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return {"batch_id": -1, "offsets": {}}
+def held_already(stored: dict, result: TableResult) -> str | None:
+    """None when the result is new to the table, "all" when the table holds all of it, else a reason."""
+    held, partial = overlap(stored, result.offsets)
+    if not held and not partial:
+        return None
+    if held and not partial and len(held) == len(result.offsets):
+        return "all"
+    keys = sorted(partial or held)
+    return (f"the table already holds part of these rows ({', '.join(keys[:3])}: next offset "
+            f"{stored[keys[0]]}, rows from {result.offsets[keys[0]][0]}); is a second job using this job name?")
 
 
-def next_offsets(previous: dict, covered: dict) -> dict:
-    """Merge the offsets a batch covered ({tp: [min, max]}) into {tp: next_offset}."""
-    merged = dict(previous)
-    for key, (_, hi) in covered.items():
-        merged[key] = max(merged.get(key, 0), hi + 1)
-    return dict(sorted(merged.items()))
+def progress_document(previous: dict, result: TableResult, batch_id: int) -> dict:
+    doc = {"batch_id": batch_id, "offsets": next_offsets(previous.get("offsets", {}), result.offsets)}
+    if result.settled or previous.get("settled"):
+        doc["settled"] = next_offsets(previous.get("settled", {}), result.settled)
+    return doc
 
 
 def commit_table(catalog: CatalogConfig, result: TableResult, job: str, batch_id: int,
                  retries: int = 6) -> CommitOutcome:
     started = time.perf_counter()
     outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files))
-    if not result.data_files:
+    if not result.data_files and not result.settled:
         outcome.status = "empty"
         return outcome
-    prop = OFFSETS_PROPERTY.format(job=job)
+    prop = property_name(job)
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         outcome.attempts = attempt + 1
         try:
             table = load_table(catalog, result.table, refresh=attempt > 0)
-            progress = stored_progress(table, job)
-            if progress.get("batch_id", -1) >= batch_id:
-                outcome.status = "skipped"
-                break
-            value = json.dumps({"batch_id": batch_id, "offsets": next_offsets(progress.get("offsets", {}),
-                                                                              result.offsets)})
-            summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id)}
+            previous = stored_progress(table, job)
+            if result.data_files:
+                held = held_already(previous.get("offsets", {}), result)
+                if held == "all":
+                    outcome.status = "skipped"
+                    break
+                if held is not None:
+                    last_error = RuntimeError(held)
+                    break
+            doc = progress_document(previous, result, batch_id)
             with table.transaction() as tx:
-                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                    for data_file in result.data_files:
-                        append.append_data_file(data_file)
-                tx.set_properties({prop: value})
+                if result.data_files:
+                    summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
+                    with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                        for data_file in result.data_files:
+                            append.append_data_file(data_file)
+                else:  # the dead-letter table's settled offsets move every batch, with or without letters
+                    doc["at_snapshot"] = table.metadata.current_snapshot_id
+                tx.set_properties({prop: json.dumps(doc)})
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.snapshot_id = table.metadata.current_snapshot_id

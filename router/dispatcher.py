@@ -22,8 +22,9 @@ from typing import Any
 
 from router.commit import SnapshotExpirer, commit_all
 from router.config import RouterConfig
+from router.dlq import ensure_dead_letter_table
 from router.routes import RoutingTable
-from router.writer import STATS_ROW, DispatchContext, TableResult, process_partition
+from router.writer import READ_STAT, STATS_ROW, DispatchContext, TableResult, process_partition
 
 log = logging.getLogger("icerouter.job")
 
@@ -43,6 +44,7 @@ class BatchStats:
     records: int = 0
     tables_committed: int = 0
     tables_skipped: int = 0
+    rows_replayed: int = 0  # rows read again that their tables (or the DLQ) already held: not written
     tables_failed: int = 0
     rows_written: int = 0
     dead_letters: int = 0
@@ -56,8 +58,9 @@ class BatchStats:
     changes: dict = dataclasses.field(default_factory=dict)
 
     def line(self) -> str:
+        held = f", {self.rows_replayed} rows already held" if self.rows_replayed else ""
         return (f"batch {self.batch_id}: {self.rows_written} rows -> {self.tables_committed} tables "
-                f"({self.tables_skipped} already committed, {self.tables_failed} failed), "
+                f"({self.tables_failed} failed{held}), "
                 f"{self.dead_letters} dead letters; lag {'-' if self.lag is None else f'{self.lag:,}'}; dispatch {self.dispatch_seconds:.2f}s "
                 f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s; task time "
                 + " ".join(f"{k} {v:.2f}s" for k, v in self.task_seconds.items()))
@@ -82,6 +85,7 @@ class Dispatcher:
         self.quarantined: dict[str, str] = {}
         self.last_timings: dict = {}
         self.last_ranges: list = []
+        self.last_read: dict = {}  # "topic/partition" -> [min, max] of the records the batch read
         self.fused: str | None = None  # source options JSON when the source tasks write (fused read)
         self.quarantine_file: str | None = None
 
@@ -112,11 +116,16 @@ class Dispatcher:
         merged: dict[str, TableResult] = {}
         timings: dict[str, float] = {}
         ranges: list = []
+        read: dict = {}
         for table, blob in rows:
             if table == STATS_ROW:
                 for key, value in pickle.loads(blob).items():
                     if key == "ranges":
                         ranges.append(value)
+                    elif key == READ_STAT:
+                        for tp, (lo, hi) in value.items():
+                            cur = read.get(tp)
+                            read[tp] = [min(lo, cur[0]), max(hi, cur[1])] if cur else [lo, hi]
                     else:
                         timings[key] = timings.get(key, 0) + value
                 continue
@@ -126,7 +135,7 @@ class Dispatcher:
             else:
                 merged[result.table] = result
         if keep_stats:
-            self.last_timings, self.last_ranges = timings, ranges
+            self.last_timings, self.last_ranges, self.last_read = timings, ranges, read
         return merged
 
     def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
@@ -169,13 +178,19 @@ class Dispatcher:
                     dlq_result = extra
                 else:
                     dlq_result.merge(extra)
-        if dlq_result is not None:
+        if dlq_table:
+            # Committed last and every batch: its settled offsets say every record the batch read is
+            # now in a table or a dead letter (where a restart without checkpoint may begin).
+            dlq_result = dlq_result or TableResult(dlq_table)
+            dlq_result.settled = dict(self.last_read)
+            ensure_dead_letter_table(self.config.catalog, dlq_table)
             dlq_report = self.commit_with_outage_retry({dlq_table: dlq_result}, batch_id)  # waits out a catalog outage
             if dlq_report.failed:
                 # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.
                 raise RuntimeError(f"dead-letter table {dlq_table} commit failed: {dlq_report.failed[0].error}")
             report.outcomes += dlq_report.outcomes
-            stats.dead_letters = dlq_result.rows
+            if dlq_report.committed and dlq_result.data_files:
+                stats.dead_letters = dlq_result.rows
         stats.commit_seconds = time.perf_counter() - t_commit
 
         for outcome in report.outcomes:
@@ -190,8 +205,11 @@ class Dispatcher:
             from router.fused import write_quarantine
 
             write_quarantine(self.quarantine_file, list(self.quarantined))
-        stats.tables_committed = len([o for o in report.committed if o.table != dlq_table])
+        stats.tables_committed = len([o for o in report.committed if o.table != dlq_table and o.files])
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
+        stats.rows_replayed = (sum(r.replayed for r in results.values())
+                               + (dlq_result.replayed if dlq_result is not None else 0)
+                               + sum(o.rows for o in report.outcomes if o.status == "skipped"))
         stats.tables_failed = len(failed)
         stats.failed_tables = failed
         stats.rows_written = sum(o.rows for o in report.committed if o.table != dlq_table)

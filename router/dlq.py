@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import pyarrow as pa
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType, IntegerType, ListType, LongType, NestedField, StringType, StructType, TimestamptzType,
@@ -55,6 +56,19 @@ DLQ_ICEBERG_SCHEMA = Schema(
     NestedField(13, "job", StringType(), required=False),
     NestedField(14, "failed_at", TimestamptzType(), required=False),
 )
+
+DLQ_PARTITION_BY = ("day(failed_at)",)
+
+
+def ensure_dead_letter_table(catalog, identifier: str):
+    """The dead-letter table, created on first use (by the driver at start, so tasks never race)."""
+    from router.tables import create_table, load_table
+
+    try:
+        return load_table(catalog, identifier)
+    except NoSuchTableError:
+        return create_table(catalog, identifier, DLQ_ICEBERG_SCHEMA, DLQ_PARTITION_BY)
+
 
 SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 

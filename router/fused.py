@@ -28,8 +28,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from router.source.datasource import DEFAULT_TARGET_TASKS, KafkaDataSource, KafkaStreamReader
-from router.source.offsets import Range, normalize, pack_ranges, plan_ranges
+from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
+from router.source.offsets import Range, pack_ranges
 
 SOURCE_NAME = "icerouter-fused"
 CONTEXT_KEY = "icerouter.dispatch"
@@ -107,8 +107,9 @@ class FusedPartition(InputPartition):
 
 
 class FusedStreamReader(KafkaStreamReader):
-    def __init__(self, options_json: str, context: str, quarantine_file: str | None) -> None:
-        super().__init__(options_json)
+    def __init__(self, options_json: str, context: str, quarantine_file: str | None,
+                 resume_json: str | None = None) -> None:
+        super().__init__(options_json, resume_json)
         self.context, self.quarantine_file = context, quarantine_file
 
     def __getstate__(self):
@@ -117,8 +118,7 @@ class FusedStreamReader(KafkaStreamReader):
         return state
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        ranges = plan_ranges(normalize(start), normalize(end))
-        tasks = pack_ranges(ranges, self.options.target_tasks or DEFAULT_TARGET_TASKS)
+        tasks = pack_ranges(self.plan(start, end), self.options.target_tasks or DEFAULT_TARGET_TASKS)
         quarantined = read_quarantine(self.quarantine_file)
         return [FusedPartition(self.options_json, tuple(r.as_tuple() for r in task), quarantined) for task in tasks]
 
@@ -141,10 +141,11 @@ class FusedDataSource(KafkaDataSource):
         return descriptor_struct()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(QUARANTINE_KEY))
+        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(QUARANTINE_KEY),
+                                 self.options.get(RESUME_KEY))
 
 
-def fused_stream(spark, options, ctx, quarantine_file: str):
+def fused_stream(spark, options, ctx, quarantine_file: str, resume_json: str | None = None):
     import dataclasses
 
     from router.source.options import OPTIONS_KEY
@@ -153,7 +154,8 @@ def fused_stream(spark, options, ctx, quarantine_file: str):
         options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
     spark.dataSource.register(FusedDataSource)
     return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
-            .option(CONTEXT_KEY, encode_context(ctx)).option(QUARANTINE_KEY, quarantine_file).load())
+            .option(CONTEXT_KEY, encode_context(ctx)).option(QUARANTINE_KEY, quarantine_file)
+            .option(RESUME_KEY, resume_json or "").load())
 
 
 def redirect_pass(spark, options_json: str, task_ranges: list[list[tuple]], ctx) -> list[tuple[str, bytes]]:

@@ -9,6 +9,10 @@ from typing import Any
 
 from router.config import RouterConfig
 from router.dispatcher import Dispatcher
+from router.dlq import ensure_dead_letter_table
+from router.resume import plan_resume
+from router.source.metadata import BrokerMetadata
+from router.tables import get_catalog
 
 log = logging.getLogger("icerouter.job")
 
@@ -72,21 +76,45 @@ def source_options(config: RouterConfig):
     )
 
 
+def prepare_catalog(config: RouterConfig) -> None:
+    """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
+    once on the driver, so the first tasks never race to do it."""
+    get_catalog(config.catalog)
+    if config.dlq.table:
+        ensure_dead_letter_table(config.catalog, config.dlq.table)
+
+
+def start_positions(config: RouterConfig, options):
+    """Where each partition starts, from the tables' offsets (router/resume.py); logged per topic."""
+    metadata = BrokerMetadata(options)
+    try:
+        partitions = metadata.partitions()
+        earliest, latest = metadata.offsets(partitions, "earliest"), metadata.offsets(partitions, "latest")
+    finally:
+        metadata.close()
+    plan = plan_resume(config, partitions, earliest, latest)
+    for note in plan.notes:
+        log.info("start: %s", note)
+    return plan
+
+
 def start_query(spark, config: RouterConfig, available_now: bool = False, dispatcher: Dispatcher | None = None):
     """Start the streaming query; returns (query, dispatcher)."""
     from router.source import jvm_kafka_available, kafka_stream
 
     dispatcher = dispatcher or Dispatcher(config)
     options = source_options(config)
+    prepare_catalog(config)
+    resume = start_positions(config, options).to_json()
     if config.job.fused_read and not jvm_kafka_available(spark):
         from router.fused import fused_stream, write_quarantine
 
         dispatcher.quarantine_file = f"{config.job.checkpoint.rstrip('/')}.quarantine.json"
         write_quarantine(dispatcher.quarantine_file, list(dispatcher.quarantined))  # a restart clears it
-        stream = fused_stream(spark, options, dispatcher.context(-1), dispatcher.quarantine_file)
+        stream = fused_stream(spark, options, dispatcher.context(-1), dispatcher.quarantine_file, resume)
         dispatcher.fused = options.to_json()
     else:
-        stream = kafka_stream(spark, options)
+        stream = kafka_stream(spark, options, resume_json=resume)
     writer = (stream.writeStream.queryName(config.job.name)
               .option("checkpointLocation", config.job.checkpoint)
               .foreachBatch(dispatcher))

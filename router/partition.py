@@ -10,6 +10,7 @@ stay local to their records or their table and become dead letters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -17,13 +18,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
+from router import progress
 from router.align import align_table
 from router.dlq import DeadLetter
 from router.evolve import with_aliases
 from router.exceptions import RouteError
+from router.tables import load_table
 from router.writer import (
     DispatchContext, Pending, TableResult, field_column, header_values, sort_by_topic, write_dead_letters,
 )
@@ -204,6 +208,9 @@ class PartitionWriter:
         if self.ctx.redirect and table_id not in self.ctx.redirect:
             return
         if table_id in self.ctx.quarantined or table_id in self.ctx.redirect:
+            keep = self.not_held(table_id, rows)
+            if keep is not None:
+                rows = rows.filter(keep)
             self.dead_letter(rows, "quarantined", f"table {table_id} is quarantined", table=table_id,
                              route=route.name, schema_id=group.schema_id)
             return
@@ -217,6 +224,32 @@ class PartitionWriter:
         art = group.artifacts
         schema = with_aliases(schema, art.schema_type, art.schema_str)
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
+
+    def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
+        """Mask of `rows` the table does not hold yet (None: it holds none of them)."""
+        try:
+            table = load_table(self.ctx.catalog, table_id)
+        except NoSuchTableError:
+            return None
+        stored = progress.stored_progress(table, self.ctx.job).get("offsets", {})
+        source = self.source
+        return progress.trim_mask(progress.tp_keys(pc.take(source.column("topic"), rows),
+                                                   pc.take(source.column("partition"), rows)),
+                                  pc.take(source.column("offset"), rows), stored)
+
+    def drop_held(self, table_id: str, items: list[Pending], result: TableResult) -> list[Pending]:
+        """Replays and rewinds read records a table already holds: never write them twice."""
+        kept = []
+        for item in items:
+            keep = self.not_held(table_id, item.rows)
+            if keep is None:
+                kept.append(item)
+                continue
+            remaining = pc.sum(keep).as_py() or 0
+            result.replayed += len(item.rows) - remaining
+            if remaining:
+                kept.append(dataclasses.replace(item, batch=item.batch.filter(keep), rows=item.rows.filter(keep)))
+        return kept
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -233,6 +266,9 @@ class PartitionWriter:
         result = self.results.setdefault(table_id, TableResult(table_id))
         letters_before = len(self.letters)
         try:
+            items = self.drop_held(table_id, items, result)
+            if not items:
+                return
             t0 = time.perf_counter()
             decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by)
             t1 = time.perf_counter()

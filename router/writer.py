@@ -22,13 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from router import progress
 from router.config import CatalogConfig, DlqConfig, TablesConfig
-from router.dlq import DeadLetter, dead_letter_batch, produce_dead_letters
+from router.dlq import DeadLetter, dead_letter_batch, ensure_dead_letter_table, produce_dead_letters
 from router.routes import CompiledRoute, RoutingTable
 
 log = logging.getLogger("icerouter.writer")
 
 STATS_ROW = ""  # the descriptor row carrying a task's phase timings
+READ_STAT = "read"  # in the stats row: "topic/partition" -> [min, max] of every record the task read
 DESCRIPTOR_SCHEMA = pa.schema([pa.field("table", pa.string()), pa.field("descriptor", pa.binary())])
 
 
@@ -66,17 +68,11 @@ class TableResult:
     dead_letters: int = 0
     discarded: int = 0
     broken: bool = False  # an error (not a policy outcome) failed this table
+    replayed: int = 0  # rows dropped because the table already held them (a replay or a rewind)
+    settled: dict = field(default_factory=dict)  # dead-letter table only: "topic/partition" -> [min, max] read
 
     def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
-        if len(offsets) == 0:
-            return
-        t = pa.table({"t": topics, "p": partitions, "o": offsets})
-        grouped = t.group_by(["t", "p"]).aggregate([("o", "min"), ("o", "max")])
-        for topic, part, lo, hi in zip(*(grouped.column(c).to_pylist() for c in ("t", "p", "o_min", "o_max"))):
-            key = f"{topic}/{part}"
-            if key in self.offsets:
-                lo, hi = min(lo, self.offsets[key][0]), max(hi, self.offsets[key][1])
-            self.offsets[key] = [lo, hi]
+        progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
 
     def merge(self, other: "TableResult") -> None:
         self.data_files += other.data_files
@@ -90,6 +86,10 @@ class TableResult:
         self.dead_letters += other.dead_letters
         self.discarded += other.discarded
         self.broken = self.broken or other.broken
+        self.replayed += other.replayed
+        for key, (lo, hi) in other.settled.items():
+            cur = self.settled.get(key)
+            self.settled[key] = [min(lo, cur[0]), max(hi, cur[1])] if cur else [lo, hi]
 
 
 @dataclass
@@ -146,6 +146,11 @@ def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext) -
     results = writer.run(source)
     writer.timings["source"] = read_seconds
     writer.timings["records"] = source.num_rows
+    read: dict = {}
+    progress.cover(progress.tp_keys(source.column("topic").combine_chunks(),
+                                    source.column("partition").combine_chunks()),
+                   source.column("offset").combine_chunks(), read)
+    writer.timings[READ_STAT] = read
     tables = [r.table for r in results] + [STATS_ROW]
     payloads = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in results]
     payloads.append(pickle.dumps(writer.timings))
@@ -173,23 +178,27 @@ def write_dead_letters(ctx: DispatchContext, source: pa.Table, letters: list[Dea
     if not letters:
         return
     batch = dead_letter_batch(source, letters, ctx.job)
-    if ctx.dlq.topic and ctx.dlq_producer:
-        produce_dead_letters(batch, ctx.dlq.topic, ctx.dlq_producer)
     if not ctx.dlq.table:
-        log.warning("%d dead letters and no dlq.table configured", batch.num_rows)
+        if ctx.dlq.topic and ctx.dlq_producer:
+            produce_dead_letters(batch, ctx.dlq.topic, ctx.dlq_producer)
+        else:
+            log.warning("%d dead letters and no dlq.table configured", batch.num_rows)
         return
-    from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
-    from router.dlq import DLQ_ICEBERG_SCHEMA
-    from router.tables import create_table, load_table
-
-    try:
-        table = load_table(ctx.catalog, ctx.dlq.table)
-    except NoSuchTableError:
-        table = create_table(ctx.catalog, ctx.dlq.table, DLQ_ICEBERG_SCHEMA, ("day(failed_at)",))
-    files = list(_dataframe_to_data_files(table.metadata, batch, table.io))
+    table = ensure_dead_letter_table(ctx.catalog, ctx.dlq.table)
+    letter_keys = progress.tp_keys(batch.column("topic"), batch.column("partition"), batch.column("table_name"))
+    keep = progress.trim_mask(letter_keys, batch.column("offset"),
+                              progress.stored_progress(table, ctx.job).get("offsets", {}))
     result = results.setdefault(ctx.dlq.table, TableResult(ctx.dlq.table))
+    if keep is not None:  # a replay: these dead letters are in the table already
+        result.replayed += batch.num_rows - pc.sum(keep).as_py()
+        batch, letter_keys = batch.filter(keep), letter_keys.filter(keep)
+        if batch.num_rows == 0:
+            return
+    if ctx.dlq.topic and ctx.dlq_producer:
+        produce_dead_letters(batch, ctx.dlq.topic, ctx.dlq_producer)
+    files = list(_dataframe_to_data_files(table.metadata, batch, table.io))
     result.data_files += files
     result.rows += batch.num_rows
-    result.cover(batch.column("topic"), batch.column("partition"), batch.column("offset"))
+    progress.cover(letter_keys, batch.column("offset"), result.offsets)

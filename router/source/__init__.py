@@ -17,6 +17,7 @@ from router.source.exceptions import (
     SourceError,
     SourceOptionsError,
 )
+from router.source.offsets import ResumePlan, split_key
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 
 if TYPE_CHECKING:
@@ -56,13 +57,26 @@ def jvm_kafka_options(options: KafkaSourceOptions) -> dict[str, str]:
     return to_jvm_options(options)
 
 
-def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_python: bool = False) -> "DataFrame":
-    """A streaming DataFrame over the subscription; ``force_python`` skips the JVM connector."""
+def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_python: bool = False,
+                 resume_json: str | None = None) -> "DataFrame":
+    """A streaming DataFrame over the subscription; ``force_python`` skips the JVM connector.
+
+    ``resume_json`` (router/resume.py) moves the start to where the tables are; Spark's JVM
+    connector only takes it as its starting offsets (when there is no checkpoint).
+    """
     if not force_python and jvm_kafka_available(spark):
+        plan = ResumePlan.from_json(resume_json)
+        if plan.resume:
+            starting: dict = {}
+            for key, offset in plan.resume.items():
+                topic, partition = split_key(key)
+                starting.setdefault(topic, {})[partition] = offset
+            options = dataclasses.replace(options, starting_offsets=starting)
         return spark.readStream.format("kafka").options(**jvm_kafka_options(options)).load()
-    from router.source.datasource import SOURCE_NAME, KafkaDataSource
+    from router.source.datasource import RESUME_KEY, SOURCE_NAME, KafkaDataSource
 
     if options.target_tasks is None:
         options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
     spark.dataSource.register(KafkaDataSource)
-    return spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json()).load()
+    return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
+            .option(RESUME_KEY, resume_json or "").load())

@@ -23,13 +23,16 @@ from pyspark.sql.types import StructType
 
 from router.source.exceptions import OffsetsError, SourceOptionsError
 from router.source.metadata import BrokerMetadata
-from router.source.offsets import Offsets, Range, advance, merge_end, normalize, pack_ranges, plan_ranges, tp_key
+from router.source.offsets import (
+    Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
+)
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 from router.source.schema import kafka_struct_type
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "icerouter-kafka"
+RESUME_KEY = "icerouter.resume"  # source option: ResumePlan.to_json(), start offsets from the tables
 
 #: Used when neither the options nor kafka_stream() gave a task count.
 DEFAULT_TARGET_TASKS = 2 * (os.cpu_count() or 1)
@@ -55,16 +58,19 @@ class KafkaInputPartition(InputPartition):
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans offsets on the driver; ``read`` runs on workers and touches no reader state."""
 
-    def __init__(self, options_json: str) -> None:
+    def __init__(self, options_json: str, resume_json: str | None = None) -> None:
         self.options_json = options_json
         self.options = KafkaSourceOptions.from_json(options_json)
         self._metadata: BrokerMetadata | None = None
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        self._resume = ResumePlan.from_json(resume_json)
+        self._planned = 0
 
     def __getstate__(self):
         return {"options_json": self.options_json, "options": self.options,
-                "_metadata": None, "_target": self._target, "_latest": None}
+                "_metadata": None, "_target": self._target, "_latest": None,
+                "_resume": ResumePlan(), "_planned": 0}
 
     @property
     def metadata(self) -> BrokerMetadata:
@@ -74,6 +80,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets -----------------------------------------------------------------
     def initialOffset(self) -> dict:
+        """No checkpoint: the configured start, except where the tables say how far they got."""
+        return normalize({**self._configured_start(), **self._resume.resume})
+
+    def _configured_start(self) -> dict:
         tps = self.metadata.partitions()
         start = self.options.starting_offsets
         if start == "latest":
@@ -121,8 +131,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     # -- planning and reading ----------------------------------------------------------
+    def plan(self, start: dict, end: dict) -> list[Range]:
+        """The ranges of a batch; the tables' offsets may move its start (router/resume.py)."""
+        end = normalize(end)
+        begin = resume_start(normalize(start), end, self._resume, first=self._planned == 0)
+        self._planned += 1
+        return plan_ranges(begin, end)
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        ranges = plan_ranges(normalize(start), normalize(end))
+        ranges = self.plan(start, end)
         tasks = pack_ranges(ranges, self.options.target_tasks or DEFAULT_TARGET_TASKS)
         return [KafkaInputPartition(self.options_json, tuple(r.as_tuple() for r in task)) for task in tasks]
 
@@ -158,4 +175,4 @@ class KafkaDataSource(DataSource):
         return kafka_struct_type(KafkaSourceOptions.from_json(self._options_json()).include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(self._options_json())
+        return KafkaStreamReader(self._options_json(), self.options.get(RESUME_KEY))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from router.source.exceptions import OffsetsError
@@ -213,3 +213,38 @@ def pack_ranges(
         for item in skipped:
             heapq.heappush(heap, item)
     return [sorted(b) for b in bins if b]
+
+
+@dataclass
+class ResumePlan:
+    """Start offsets decided from what the tables hold (router/resume.py computes it on the driver)."""
+
+    resume: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> offset
+    backfill: dict[str, int] = field(default_factory=dict)  # new tables' start, applied in the first batch
+    notes: list[str] = field(default_factory=list)  # one line per topic: where it starts and why
+
+    def to_json(self) -> str:
+        return json.dumps({"resume": dict(sorted(self.resume.items())),
+                           "backfill": dict(sorted(self.backfill.items()))}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "ResumePlan":
+        doc = json.loads(text) if text else {}
+        if not isinstance(doc, dict):
+            raise OffsetsError("resume plan must be a JSON object")
+        return cls({k: int(v) for k, v in doc.get("resume", {}).items()},
+                   {k: int(v) for k, v in doc.get("backfill", {}).items()})
+
+
+def resume_start(start: Mapping[str, int], end: Mapping[str, int], plan: ResumePlan, first: bool) -> Offsets:
+    """The offsets a batch really reads from: never below what every table holds (skip ahead);
+    in the first batch, as far back as a new table's backfill."""
+    out = dict(start)
+    for key, hi in end.items():
+        lo = start.get(key, 0)
+        if key in plan.resume:
+            lo = max(lo, plan.resume[key])
+        if first and key in plan.backfill:
+            lo = min(lo, plan.backfill[key])
+        out[key] = min(lo, hi)
+    return normalize(out)

@@ -169,25 +169,6 @@ def test_incompatible_change_follows_policy_and_spares_other_tables(
     assert (results[f"{ns}.{ns}_bad"].failure is not None) == (mode == "freeze")
 
 
-def test_replayed_batch_is_skipped_per_table(catalog_config, registry_url, unique_name):
-    ns = unique_name("r")
-    topic = f"{ns}.orders"
-    enc = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{topic}-value", data.ORDER_V1))
-    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
-        {"name": "raw", "topic": rf"{ns}\.orders", "table": f"{ns}.{{topic}}"}])
-    batch = [source_batch([(topic, 0, i, enc(data.order(i)), None) for i in range(5)])]
-    _, first = run_batch(dispatcher, batch, 7)
-    _, replay = run_batch(dispatcher, batch, 7)
-    assert [o.status for o in first.outcomes if o.table.endswith("orders")] == ["committed"]
-    assert [o.status for o in replay.outcomes if o.table.endswith("orders")] == ["skipped"]
-    assert len(read(catalog_config, f"{ns}.{ns}_orders", "id")) == 5
-    from router.tables import load_table
-
-    stored = json.loads(load_table(catalog_config, f"{ns}.{ns}_orders", refresh=True)
-                        .properties["icerouter.offsets.icerouter"])
-    assert stored == {"batch_id": 7, "offsets": {f"{topic}/0": 5}}
-
-
 def test_table_failing_three_batches_is_quarantined_to_the_dlq(catalog_config, registry_url, unique_name):
     ns = unique_name("q")
     sick, well = f"{ns}.sick", f"{ns}.well"

@@ -1,0 +1,138 @@
+"""What each table already holds, by Kafka offset: the source of truth for exactly-once.
+
+Every commit of the job stores, per table, the next Kafka offset per
+topic-partition ("every record of that partition below this offset that routes
+here is in the table"). The same document goes into the table property
+``icerouter.offsets.<job>`` (fast to read, survives snapshot expiry) and into the
+summary of the snapshot it commits (moves with the data: a table rolled back to
+an older snapshot reports the offsets of that snapshot, not the property's).
+
+Shared by both sides: executors drop rows a table already holds before writing
+(`trim_mask`), the driver refuses a commit that would hold a row twice
+(`overlap`) and computes where to start reading when the Spark checkpoint is
+missing or disagrees with the tables (router/resume.py).
+
+The dead-letter table keeps two maps: ``letters`` (next offset per
+"<table>|topic/partition", the table a dead letter was headed for, empty before
+routing) to trim replayed dead letters exactly, and ``offsets`` (per
+topic-partition, everything the batch read), committed with every batch after
+all the other tables, so it says "every record below this offset is settled".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+OFFSETS_PROPERTY = "icerouter.offsets.{job}"
+ANCESTORS_SEARCHED = 64  # snapshots walked back from the current one looking for our summary
+LETTER_SEPARATOR = "|"
+
+
+def property_name(job: str) -> str:
+    return OFFSETS_PROPERTY.format(job=job)
+
+
+def empty_progress() -> dict:
+    return {"batch_id": -1, "offsets": {}}
+
+
+def _parse(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("offsets", {}), dict) else None
+
+
+def stored_progress(table, job: str) -> dict:
+    """The progress document of `job` on `table`, as of the table's current snapshot.
+
+    Walks back from the current snapshot to the newest one this job committed
+    (other writers and compaction commit in between) and reads its summary;
+    when none is reachable (expired, or written before summaries carried it),
+    the table property answers.
+    """
+    name = property_name(job)
+    metadata = table.metadata
+    prop = _parse(metadata.properties.get(name))
+    if prop is not None and "at_snapshot" in prop and prop["at_snapshot"] == metadata.current_snapshot_id:
+        return prop  # moved without a snapshot (dead-letter table, batch without letters)
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    snapshot_id = metadata.current_snapshot_id
+    for _ in range(ANCESTORS_SEARCHED):
+        snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
+        if snapshot is None:
+            break
+        summary = snapshot.summary
+        doc = _parse(summary.additional_properties.get(name) if summary is not None else None)
+        if doc is not None:
+            return doc
+        snapshot_id = snapshot.parent_snapshot_id
+    return prop or empty_progress()
+
+
+def next_offsets(previous: Mapping[str, int], covered: Mapping[str, list]) -> dict:
+    """Merge what a batch covered ({key: [min, max]}) into {key: next_offset}, sorted."""
+    merged = dict(previous)
+    for key, (_, hi) in covered.items():
+        merged[key] = max(merged.get(key, 0), hi + 1)
+    return dict(sorted(merged.items()))
+
+
+def overlap(stored: Mapping[str, int], covered: Mapping[str, list]) -> tuple[list[str], list[str]]:
+    """(keys the table already holds entirely, keys it holds in part) for what a result covers."""
+    held, partial = [], []
+    for key, (lo, hi) in covered.items():
+        nxt = stored.get(key, 0)
+        if nxt > hi:
+            held.append(key)
+        elif nxt > lo:
+            partial.append(key)
+    return held, partial
+
+
+def _array(values) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = None) -> pa.Array:
+    """"topic/partition" per row, or "<table>|topic/partition" when `tables` (dead letters) is given."""
+    topics, partitions = _array(topics), _array(partitions)
+    keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), "/")
+    if tables is not None:
+        keys = pc.binary_join_element_wise(pc.fill_null(_array(tables), ""), keys, LETTER_SEPARATOR)
+    return keys
+
+
+def cover(keys: pa.Array, offsets: pa.Array, into: dict) -> None:
+    """Widen `into` ({key: [min, max]}) by the offsets of each key."""
+    if len(offsets) == 0:
+        return
+    grouped = pa.table({"k": keys, "o": offsets}).group_by("k").aggregate([("o", "min"), ("o", "max")])
+    for key, lo, hi in zip(*(grouped.column(c).to_pylist() for c in ("k", "o_min", "o_max"))):
+        if key in into:
+            lo, hi = min(lo, into[key][0]), max(hi, into[key][1])
+        into[key] = [lo, hi]
+
+
+def trim_mask(keys: pa.Array, offsets: pa.Array, stored: Mapping[str, int]) -> pa.Array | None:
+    """Boolean mask of the rows a table does not hold yet; None when it holds none of them.
+
+    `stored` maps each key (see `tp_keys`) to the next offset the table expects.
+    """
+    if not stored or len(offsets) == 0:
+        return None
+    encoded = _array(keys).dictionary_encode()
+    floors = np.array([stored.get(k, -1) for k in encoded.dictionary.to_pylist()], dtype=np.int64)
+    if (floors < 0).all():
+        return None
+    floor = floors[encoded.indices.to_numpy(zero_copy_only=False)]
+    keep = np.asarray(_array(offsets).to_numpy(zero_copy_only=False), dtype=np.int64) >= floor
+    return None if keep.all() else pa.array(keep)
