@@ -9,6 +9,9 @@ Scenarios (tests/router/reliability/{scenarios,outages,concurrency}.py, the same
   faults      SIGKILL during commits several times in a row, then registry,
               PostgreSQL catalog and broker outages under a live job
   concurrent  two jobs and a pyiceberg appender writing one table
+  checkpoints the checkpoint deleted after more data arrived, replaced by an older
+              copy, a fresh checkpoint while one fan-out table is behind (rolled back
+              to an older snapshot), a route added mid-life (one row per step)
 
 Every scenario starts its own broker / registry / catalog, so nothing else is
 disturbed. Columns: records sent (acknowledged by the broker), records
@@ -30,10 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.router.reliability import concurrency, outages, scenarios  # noqa: E402
+from tests.router.reliability import checkpoints, concurrency, outages, scenarios  # noqa: E402
 from tests.router.reliability.helpers import summary_table  # noqa: E402
 
-SCENARIOS = ("bad_input", "faults", "concurrent")
+SCENARIOS = ("bad_input", "faults", "concurrent", "checkpoints")
 
 
 def _certificate(directory: Path) -> tuple[str, str]:
@@ -80,7 +83,20 @@ def run_concurrent(workdir: Path) -> scenarios.Outcome:
                                             workdir)
 
 
-RUNNERS = {"bad_input": run_bad_input, "faults": run_faults, "concurrent": run_concurrent}
+def run_checkpoints(workdir: Path) -> scenarios.Outcome:
+    from router.devstack.broker import LocalBroker
+    from router.devstack.catalog import sqlite_catalog_properties
+    from router.devstack.registry_server import RegistryServer
+
+    with LocalBroker(str(workdir / "broker"), tied_to_parent=True) as broker, \
+            RegistryServer(data_file=str(workdir / "registry.json")) as registry:
+        services = scenarios.Services(broker.bootstrap, {"url": registry.url},
+                                      sqlite_catalog_properties(str(workdir / "catalog")))
+        return checkpoints.checkpoint_loss(services, workdir)
+
+
+RUNNERS = {"bad_input": run_bad_input, "faults": run_faults, "concurrent": run_concurrent,
+           "checkpoints": run_checkpoints}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{name}: FAILED to finish: {str(exc).splitlines()[0][:300]}")
                 print(f"[{name}] failed after {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
                 continue
-            tally = outcome.tally
-            rows.append(tally.row())
-            failed |= bool(tally.lost or tally.duplicated or tally.misplaced)
+            steps = outcome.facts.get("tallies") or {name: outcome.tally}
+            for tally in steps.values():
+                rows.append(tally.row())
+                failed |= bool(tally.lost or tally.duplicated or tally.misplaced)
             facts = {k: v for k, v in outcome.facts.items() if isinstance(v, (bool, int, float)) and k != "big_bytes"}
             notes.append(f"{name}: {time.monotonic() - started:.0f}s; runs {_codes(outcome.runs)}; "
                          + ", ".join(f"{k}={round(v, 1) if isinstance(v, float) else v}" for k, v in facts.items()))
