@@ -51,7 +51,7 @@ def checkpoint_loss(services: Services, workdir: Path, verbose: bool = False) ->
             workdir / f"{p}.yaml", bootstrap=services.bootstrap, registry=services.registry,
             catalog_props=services.catalog_props, job_name=f"job_{p}", topics_pattern=rf"{re.escape(p)}\..*",
             routes=routes + list(extra_routes), namespaces=[p, ops], dlq_table=dlq_table,
-            maintenance={"expire_every_commits": 1000, "compact_interval_seconds": 0})
+            maintenance={"expire_every_commits": 1000})
 
     ledger = Ledger(dlq_table)
     counter = iter(range(1_000_000))
