@@ -51,10 +51,23 @@ def test_invalid_config_is_one_clear_line(raw, message):
     assert "\n" not in str(err.value)
 
 
-def test_unknown_policy_mode_is_rejected_at_load():
-    config = parse_config(with_(evolution={"default": {"new_column": "maybe"}}))
-    with pytest.raises(ConfigError, match="maybe"):
-        config.policies()
+@pytest.mark.parametrize("raw, message", [
+    (with_(evolution={"default": {"new_column": "maybe"}}), "evolution.default.new_column: unknown mode 'maybe'"),
+    (with_(evolution={"default": "bogus"}), "evolution.default: unknown mode 'bogus'"),
+    (with_(evolution={"topics": {"orders.*": {"type_change": "evolve"}}}),
+     "evolution.topics['orders.*'].type_change: mode 'evolve' is not allowed"),
+    (with_(evolution={"topics": {"(": "dlq"}}), "evolution.topics['(']: invalid topic pattern"),
+    (with_(routes=[{"table": "t"}, {"table": "u", "evolution": "bogus"}]), "routes[1].evolution: unknown mode 'bogus'"),
+    (with_(routes=[{"table": "t", "evolution": {"colour": "red"}}]), "routes[0].evolution.colour: unknown key"),
+    (with_(registry={"url": "http://r", "colour": 1}), "registry.colour: unknown key(s) 'colour'"),
+    (with_(registry={"url": "http://r", "retry_attempts": 0}), "registry.retry_attempts: must be an integer >= 1"),
+    (with_(registry={"url": "ftp://r"}), "registry.url: url must start with http:// or https://"),
+])
+def test_policies_and_registry_are_validated_at_load_with_their_path(raw, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
 
 
 def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
