@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import yaml
 
@@ -34,6 +35,20 @@ STARTING_OFFSETS = ("earliest", "latest")
 def mask_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
     """Copy of a settings mapping with secret-looking values replaced by a mask."""
     return {k: (MASK if SECRET_KEY_PATTERN.search(str(k)) else v) for k, v in values.items()}
+
+
+def mask_url(url: str) -> str:
+    """``scheme://user:password@host/...`` with the password (and secret query values) masked."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}" if ":" in userinfo else netloc
+    query = "&".join(f"{k}={MASK if SECRET_KEY_PATTERN.search(k) else v}"
+                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret (and sqlite:////path would not survive a round trip)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 class _Section:
@@ -94,6 +109,11 @@ class CatalogConfig:
 
     def __repr__(self) -> str:
         return f"CatalogConfig(name={self.name!r}, properties={mask_secrets(self.properties)!r})"
+
+    @property
+    def url(self) -> str:
+        """Where the catalog is (its ``uri``, else its warehouse), credentials masked: for messages."""
+        return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
 
     def load(self):
         from pyiceberg.catalog import load_catalog
