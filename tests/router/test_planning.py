@@ -243,3 +243,57 @@ def test_plan_and_check_commands(client, registry_api_url, sqlite, unique_name) 
     cases = ET.fromstring(output).find("testsuite").findall("testcase")
     assert code == 0 and cases[0].find("failure") is None
     assert cases[1].find("skipped") is not None  # data-dependent table name cannot be planned offline
+
+
+def test_check_junit_for_every_verdict_kind(client, registry_api_url, sqlite, unique_name) -> None:
+    catalog, ns, tmp_path = sqlite
+    fine, broken, frozen, fresh = (unique_name(n) for n in ("fine", "broken", "frozen", "fresh"))
+    for topic in (fine, broken, frozen):
+        client.register_schema(f"{topic}-value", RegistrySchema(V1, "AVRO"))
+        make_table(catalog, f"{ns}.{topic}", V1)
+    raw = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": [fine, broken, frozen, fresh]},
+           "registry": {"url": registry_api_url, "retry_attempts": 1},
+           "catalog": {"name": "plan", "properties": {
+               "type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}},
+           "tables": {"metadata_columns": False},
+           "routes": [{"name": "frozen", "topic": frozen, "table": f"{ns}.{{topic}}", "evolution": "freeze"},
+                      {"name": "main", "topic": f"(?!{frozen}).*", "table": f"{ns}.{{topic}}"}]}
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    for topic, text in ((fine, V2_ADD), (broken, V3_BREAK), (frozen, V2_ADD), (fresh, V1)):
+        (schemas / f"{topic}.avsc").write_text(text)
+    output, code, unreachable = check_command(parse_config(raw), str(schemas), fmt="junit")
+    assert (code, unreachable) == (1, [])
+    suite = ET.fromstring(output).find("testsuite")
+    assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["4", "2", "0", "0"]
+    cases = {c.get("classname"): c for c in suite.findall("testcase")}
+    assert set(cases) == {f"{t}-value" for t in (fine, broken, frozen, fresh)}
+    ok = cases[f"{fine}-value"]
+    assert ok.find("failure") is None and ok.find("error") is None
+    assert ok.find("system-out").text.startswith("registry: compatible at ") and "+ note" in ok.find("system-out").text
+    by_registry = cases[f"{broken}-value"].find("failure")
+    assert by_registry.get("message").startswith("registry: incompatible at ") and "version 1: " in by_registry.text
+    by_table = cases[f"{frozen}-value"].find("failure")
+    assert by_table.get("message") == f"table {ns}.{frozen}: failed"
+    assert "new_column" in by_table.text and by_table.text.count(f"{ns}.{frozen}") == 1
+    new = cases[f"{fresh}-value"]
+    assert new.find("failure") is None and new.find("system-out").text.startswith("registry: new")
+    assert f"table {ns}.{fresh}: create" in new.find("system-out").text
+
+    # registry down: what only the registry could tell is undecided; a table the policy blocks stays blocked
+    raw["registry"]["url"] = "http://127.0.0.1:9"
+    output, code, unreachable = check_command(parse_config(raw), str(schemas), fmt="junit")
+    assert code == 1 and len(unreachable) == 1
+    suite = ET.fromstring(output).find("testsuite")
+    assert [suite.get(k) for k in ("tests", "failures", "errors")] == ["4", "2", "2"]  # both tables refuse
+    for topic in (broken, frozen):
+        (schemas / f"{topic}.avsc").unlink()
+    output, code, unreachable = check_command(parse_config(raw), str(schemas), fmt="junit")
+    assert code == 3 and len(unreachable) == 1
+    assert unreachable[0].startswith("could not reach the schema registry at http://127.0.0.1:9: ")
+    suite = ET.fromstring(output).find("testsuite")
+    assert [suite.get(k) for k in ("tests", "failures", "errors")] == ["2", "0", "2"]
+    errors = [c.find("error") for c in suite.findall("testcase")]
+    assert all(e is not None and e.get("type") == "undecided" for e in errors)
+    assert all(e.get("message").startswith("could not decide: registry: undecided") for e in errors)
+    assert "could not reach the schema registry at http://127.0.0.1:9" in errors[0].text
