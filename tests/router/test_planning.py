@@ -1,4 +1,4 @@
-"""`plan` / `check` library code against the real registry fixture and SQLite catalogs."""
+"""`plan` / `check` library code against the real registry (full and strict API) and SQLite / PostgreSQL catalogs."""
 from __future__ import annotations
 
 import json
@@ -41,12 +41,20 @@ JSON_V1 = json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema",
                       "required": ["id"]})
 
 
-@pytest.fixture
-def sqlite(tmp_path, unique_name):
-    catalog = SqlCatalog("plan", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/w")
+@pytest.fixture(params=["sqlite", "postgres"])
+def plan_catalog(request, tmp_path, unique_name):
+    """(catalog, namespace, tmp_path) on a SQLite catalog, then on a PostgreSQL one (same properties
+    in the configs the commands load: ``catalog_props(tmp_path)``)."""
+    uri = f"sqlite:///{tmp_path}/c.db" if request.param == "sqlite" else request.getfixturevalue("postgres_uri")
+    (tmp_path / "catalog.uri").write_text(uri)
+    catalog = SqlCatalog("plan", uri=uri, warehouse=f"file://{tmp_path}/w")
     ns = unique_name("ns")
     catalog.create_namespace(ns)
     return catalog, ns, tmp_path
+
+
+def catalog_props(tmp_path) -> dict:
+    return {"type": "sql", "uri": (tmp_path / "catalog.uri").read_text(), "warehouse": f"file://{tmp_path}/w"}
 
 
 @pytest.fixture
@@ -74,8 +82,8 @@ def make_table(catalog, identifier: str, schema_str: str):
     return table
 
 
-def test_plan_for_new_and_existing_table(sqlite) -> None:
-    catalog, ns, _ = sqlite
+def test_plan_for_new_and_existing_table(plan_catalog) -> None:
+    catalog, ns, _ = plan_catalog
     new = plan_for_schema(catalog, f"{ns}.orders", V1)
     assert new.new_table and new.status == "create" and not new.blocked
     make_table(catalog, f"{ns}.orders", V1)
@@ -93,14 +101,14 @@ def test_plan_for_new_and_existing_table(sqlite) -> None:
     assert [f.name for f in catalog.load_table(f"{ns}.orders").schema().fields] == ["id", "total"]
 
 
-def test_plan_json_schema(sqlite) -> None:
-    catalog, ns, _ = sqlite
+def test_plan_json_schema(plan_catalog) -> None:
+    catalog, ns, _ = plan_catalog
     plan = plan_for_schema(catalog, f"{ns}.events", JSON_V1, "JSON")
     assert [(f.name, str(f.field_type)) for f in plan.target.fields] == [("id", "long"), ("at", "timestamptz")]
 
 
-def test_check_new_subject_is_not_an_error(registry, registry_api_url, sqlite, unique_name) -> None:
-    catalog, ns, tmp_path = sqlite
+def test_check_new_subject_is_not_an_error(registry, registry_api_url, plan_catalog, unique_name) -> None:
+    catalog, ns, tmp_path = plan_catalog
     subject = f"{unique_name('orders')}-value"
     result = check_schema(registry, subject, V1, "AVRO", [Target(f"{ns}.orders", EvolutionPolicy())],
                           planner_for(tmp_path, registry_api_url), catalog=CatalogReader(catalog))
@@ -109,8 +117,8 @@ def test_check_new_subject_is_not_an_error(registry, registry_api_url, sqlite, u
     assert exit_code([result]) == 0
 
 
-def test_check_compatible_and_incompatible(client, registry, registry_api_url, sqlite, unique_name) -> None:
-    catalog, ns, tmp_path = sqlite
+def test_check_compatible_and_incompatible(client, registry, registry_api_url, plan_catalog, unique_name) -> None:
+    catalog, ns, tmp_path = plan_catalog
     subject = f"{unique_name('orders')}-value"
     client.register_schema(subject, RegistrySchema(V1, "AVRO"))
     make_table(catalog, f"{ns}.orders", V1)
@@ -142,9 +150,9 @@ def test_check_compatible_and_incompatible(client, registry, registry_api_url, s
         (subject, f"{ns}.orders", True), (subject, f"{ns}.orders_copy", True)]
 
 
-def test_check_uses_subject_level_and_every_version_when_transitive(client, registry, registry_api_url, sqlite,
+def test_check_uses_subject_level_and_every_version_when_transitive(client, registry, registry_api_url, plan_catalog,
                                                                      unique_name) -> None:
-    catalog, ns, tmp_path = sqlite
+    catalog, ns, tmp_path = plan_catalog
     planner, reader = planner_for(tmp_path, registry_api_url), CatalogReader(catalog)
     subject = f"{unique_name('orders')}-value"
     client.register_schema(subject, RegistrySchema(V1, "AVRO"))
@@ -195,8 +203,7 @@ def _config(tmp_path, registry_url, ns: str, topic: str, **evolution):
     return parse_config({
         "kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": [topic]},
         "registry": {"url": registry_url},
-        "catalog": {"name": "plan", "properties": {
-            "type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}},
+        "catalog": {"name": "plan", "properties": catalog_props(tmp_path)},
         "routes": [{"name": "main", "topic": topic, "table": f"{ns}.{{topic}}"},
                    {"name": "by_tenant", "topic": topic, "table": f"{ns}.{{header.tenant}}"}],
         "tables": {"metadata_columns": False},
@@ -204,8 +211,8 @@ def _config(tmp_path, registry_url, ns: str, topic: str, **evolution):
     })
 
 
-def test_plan_and_check_commands(client, registry_api_url, sqlite, unique_name) -> None:
-    catalog, ns, tmp_path = sqlite
+def test_plan_and_check_commands(client, registry_api_url, plan_catalog, unique_name) -> None:
+    catalog, ns, tmp_path = plan_catalog
     topic = unique_name("orders")
     client.register_schema(f"{topic}-value", RegistrySchema(V1, "AVRO"))
     make_table(catalog, f"{ns}.{topic}", V1)
@@ -245,16 +252,15 @@ def test_plan_and_check_commands(client, registry_api_url, sqlite, unique_name) 
     assert cases[1].find("skipped") is not None  # data-dependent table name cannot be planned offline
 
 
-def test_check_junit_for_every_verdict_kind(client, registry_api_url, sqlite, unique_name) -> None:
-    catalog, ns, tmp_path = sqlite
+def test_check_junit_for_every_verdict_kind(client, registry_api_url, plan_catalog, unique_name) -> None:
+    catalog, ns, tmp_path = plan_catalog
     fine, broken, frozen, fresh = (unique_name(n) for n in ("fine", "broken", "frozen", "fresh"))
     for topic in (fine, broken, frozen):
         client.register_schema(f"{topic}-value", RegistrySchema(V1, "AVRO"))
         make_table(catalog, f"{ns}.{topic}", V1)
     raw = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": [fine, broken, frozen, fresh]},
            "registry": {"url": registry_api_url, "retry_attempts": 1},
-           "catalog": {"name": "plan", "properties": {
-               "type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}},
+           "catalog": {"name": "plan", "properties": catalog_props(tmp_path)},
            "tables": {"metadata_columns": False},
            "routes": [{"name": "frozen", "topic": frozen, "table": f"{ns}.{{topic}}", "evolution": "freeze"},
                       {"name": "main", "topic": f"(?!{frozen}).*", "table": f"{ns}.{{topic}}"}]}
