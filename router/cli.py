@@ -23,8 +23,8 @@ EXIT_CODES = """exit codes:
   0  ok: every schema compatible, no table change blocked
   1  blocked: a schema is incompatible or invalid, or a table change is refused (or the job failed)
   2  usage or configuration error
-  3  could not decide: the schema registry or the Iceberg catalog was unreachable, timed out
-     or refused us (plan, check); the message names the service and its URL"""
+  3  could not decide (plan, check), nothing found blocked: the schema registry or the Iceberg
+     catalog was unreachable, timed out or refused us; the message names the service and its URL"""
 
 
 class _Parser(argparse.ArgumentParser):
