@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import yaml
 
@@ -22,33 +21,13 @@ from evolution.policy import PolicySet, parse_policy_spec
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.exceptions import ConfigError
+from router.masking import MASK, SECRET_KEY_PATTERN, mask_secrets, mask_url  # noqa: F401 - re-exported
 
-SECRET_KEY_PATTERN = re.compile(r"(password|secret|token|credential|private|sasl\.jaas|key\.pem|ssl\.key)", re.I)
-MASK = "******"
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 UNMATCHED_MODES = ("dlq", "drop")
 TOMBSTONE_MODES = ("ignore", "dlq")
 STARTING_OFFSETS = ("earliest", "latest")
-
-
-def mask_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy of a settings mapping with secret-looking values replaced by a mask."""
-    return {k: (MASK if SECRET_KEY_PATTERN.search(str(k)) else v) for k, v in values.items()}
-
-
-def mask_url(url: str) -> str:
-    """``scheme://user:password@host/...`` with the password (and secret query values) masked."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}" if ":" in userinfo else netloc
-    query = "&".join(f"{k}={MASK if SECRET_KEY_PATTERN.search(k) else v}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
-    if netloc == parts.netloc and query == parts.query:
-        return url  # nothing secret (and sqlite:////path would not survive a round trip)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 class _Section:

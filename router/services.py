@@ -15,8 +15,9 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.schema import Schema
 
 from registry.exceptions import RegistryError
-from router.config import MASK, SECRET_KEY_PATTERN, CatalogConfig, mask_url
+from router.config import CatalogConfig
 from router.exceptions import ServiceUnavailable
+from router.masking import MASK, SECRET_KEY_PATTERN, mask_url
 from router.tables import get_catalog
 
 try:  # SQL catalogs (SQLite, PostgreSQL)

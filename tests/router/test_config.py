@@ -8,6 +8,7 @@ import pytest
 
 from router.config import load_config, parse_config
 from router.exceptions import ConfigError
+from router.masking import mask_url
 
 BASE = {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["a"]},
         "registry": {"url": "http://127.0.0.1:8081"}}
@@ -109,3 +110,14 @@ def test_config_and_errors_pickle():
     err = ConfigError("bad", table="t", topic="a")
     again = pickle.loads(pickle.dumps(err))
     assert (again.table, again.topic, str(again)) == ("t", "a", str(err))
+
+
+@pytest.mark.parametrize("url, masked", [
+    ("postgresql+psycopg2://ice:hunter2@127.0.0.1:5432/cat", "postgresql+psycopg2://ice:******@127.0.0.1:5432/cat"),
+    ("http://user:p%40ss@registry:8081", "http://user:******@registry:8081"),
+    ("https://catalog/api?token=abc&x=1", "https://catalog/api?token=******&x=1"),
+    ("sqlite:////tmp/catalog.db", "sqlite:////tmp/catalog.db"),
+    ("http://user@registry:8081/a%20b?x=a%20b", "http://user@registry:8081/a%20b?x=a%20b"),
+])
+def test_urls_are_printed_without_credentials(url, masked):
+    assert mask_url(url) == masked
