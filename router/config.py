@@ -21,8 +21,10 @@ from evolution.policy import PolicySet, parse_policy_spec
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.exceptions import ConfigError
-from router.masking import MASK, SECRET_KEY_PATTERN, mask_secrets, mask_url  # noqa: F401 - re-exported
+from router.masking import mask_secrets, mask_url
 
+PARTITION_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
+PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*")
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 UNMATCHED_MODES = ("dlq", "drop")
@@ -334,9 +336,21 @@ def _tables(data: Any) -> TablesConfig:
     s = _Section(data, "tables", ("auto_create", "default_namespace", "allowed_namespaces", "partition_by",
                                   "properties", "case_sensitive", "metadata_columns"))
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
-                        tuple(s.get("allowed_namespaces", [], list)), tuple(s.get("partition_by", [], list)),
+                        tuple(s.get("allowed_namespaces", [], list)),
+                        _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)))
+
+
+def _partition_by(items: list, where: str) -> tuple[str, ...]:
+    """Partition specs are checked at load; whether the column exists is per table (at creation)."""
+    for i, text in enumerate(items):
+        m = PARTITION_PATTERN.fullmatch(str(text))
+        if not m or m.group(1) not in PARTITION_TRANSFORMS:
+            raise ConfigError(f"{where}[{i}]: {text!r} is not one of {', '.join(PARTITION_TRANSFORMS)}(<column>)")
+        if m.group(1) in ("bucket", "truncate") and m.group(2) is None:
+            raise ConfigError(f"{where}[{i}]: {text!r} needs a width, e.g. {m.group(1)}(16, {m.group(3)})")
+    return tuple(map(str, items))
 
 
 def _routes(items: list) -> tuple[RouteConfig, ...]:
@@ -363,7 +377,7 @@ def _routes(items: list) -> tuple[RouteConfig, ...]:
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_policy_spec(s.get("evolution"), f"{where}.evolution"),
-            partition_by=tuple(partition_by) if partition_by is not None else None))
+            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

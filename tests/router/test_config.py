@@ -63,8 +63,11 @@ def test_invalid_config_is_one_clear_line(raw, message):
     (with_(registry={"url": "http://r", "colour": 1}), "registry.colour: unknown key(s) 'colour'"),
     (with_(registry={"url": "http://r", "retry_attempts": 0}), "registry.retry_attempts: must be an integer >= 1"),
     (with_(registry={"url": "ftp://r"}), "registry.url: url must start with http:// or https://"),
+    (with_(tables={"partition_by": ["day(ts)", "weekly(ts)"]}), "tables.partition_by[1]: 'weekly(ts)' is not one of"),
+    (with_(routes=[{"table": "t", "partition_by": ["bucket(id)"]}]),
+     "routes[0].partition_by[0]: 'bucket(id)' needs a width, e.g. bucket(16, id)"),
 ])
-def test_policies_and_registry_are_validated_at_load_with_their_path(raw, message):
+def test_policies_registry_and_partitions_are_validated_at_load_with_their_path(raw, message):
     with pytest.raises(ConfigError) as err:
         parse_config(raw)
     assert str(err.value).startswith(message)

@@ -19,7 +19,7 @@ from router.checking import (
     check_command, check_schema, exit_code, render_check_json, render_check_junit, render_check_text,
 )
 from router.config import parse_config
-from router.exceptions import ConfigError, ServiceUnavailable
+from router.exceptions import ConfigError
 from router.planning import (
     Planner, Target, detect_schema_type, parse_subject, plan_command, plan_for_schema, render_plan_json,
     render_plan_text, subject_topic,
