@@ -9,6 +9,7 @@ projection, case sensitivity, `tables.auto_create`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from router import demo_data as data
 from router.checking import check_command
 from router.planning import plan_command
+from router.tables import load_table
 from tests.router.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
 
 
@@ -64,6 +66,7 @@ CASES = [
     Case("case-insensitive-maps-onto-the-column", rec(("id", "long"), ("userid", "long")),
          {"id": 2, "userid": 6}, blocked=False, config={"tables": {"case_sensitive": False}},
          v1=rec(("id", "long"), ("UserId", "long")), v1_value={"id": 1, "UserId": 5}),
+    Case("new-table", V1, V1_VALUE, blocked=False, v1=None),
     Case("new-table-without-auto-create", V1, V1_VALUE, blocked=True, config={"tables": {"auto_create": False}},
          v1=None),
 ]
@@ -107,3 +110,6 @@ def test_job_plan_and_check_agree(case: Case, catalog_config, registry_url, uniq
     assert by_subject[0]["violations"] == by_file[0]["violations"] == checked["tables"][0]["plan"]["violations"]
     assert by_subject[0]["blocked"] is by_file[0]["blocked"] is (code == 1) is (not written) is case.blocked
     assert len(rows) == (case.v1 is not None) + written
+    if written:  # the table has exactly the columns the plans announced (metadata columns included)
+        columns = [f.name for f in load_table(config.catalog, table, refresh=True).schema().fields]
+        assert re.findall(r"^\s*\d+: ([^:]+):", by_subject[0]["target_schema"], re.M) == columns
