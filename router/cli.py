@@ -1,8 +1,9 @@
 """`icerouter` command line: parse arguments, call the library, map errors to exit codes.
 
 Exit codes: 0 ok, 1 a change or schema is blocked / incompatible (or the job
-failed), 2 usage or configuration error. Errors are one line on stderr, never a
-traceback (set ICEROUTER_DEBUG=1 to see one).
+failed), 2 usage or configuration error, 3 could not decide (`plan` / `check`:
+the schema registry or the catalog was unreachable, timed out or refused us).
+Errors are one line on stderr, never a traceback (set ICEROUTER_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from typing import Callable, Sequence
 
 from router.exceptions import ConfigError, RouterError
 
-EXIT_OK, EXIT_BLOCKED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_BLOCKED, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 3
+DECIDING_COMMANDS = ("plan", "check")  # an unexpected error there is "could not decide", not "blocked"
+
+EXIT_CODES = """exit codes:
+  0  ok: every schema compatible, no table change blocked
+  1  blocked: a schema is incompatible or invalid, or a table change is refused (or the job failed)
+  2  usage or configuration error
+  3  could not decide (plan, check), nothing found blocked: the schema registry or the Iceberg
+     catalog was unreachable, timed out or refused us; the message names the service and its URL"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +35,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.")
+    parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -35,16 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run.set_defaults(handler=cmd_run)
 
-    plan = sub.add_parser("plan", help="dry run: what would change in the tables")
+    plan = sub.add_parser("plan", help="dry run: what would change in the tables", epilog=EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--config", required=True)
     plan.add_argument("--subject", action="append", default=[], help="registry subject (repeatable); "
-                      "SUBJECT or SUBJECT:VERSION")
+                      "SUBJECT (latest version) or SUBJECT:VERSION")
     plan.add_argument("--schema-file", help="local .avsc or JSON Schema file")
-    plan.add_argument("--table", help="target table for --schema-file")
+    plan.add_argument("--table", help="target table for --schema-file, with its namespace (raw.orders)")
+    plan.add_argument("--topic", help="topic the --schema-file is for (default: the file name, then "
+                      "kafka.topics): selects the routes, their projections and policies")
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=cmd_plan)
 
-    check = sub.add_parser("check", help="CI gate: registry compatibility + Iceberg evolvability")
+    check = sub.add_parser("check", help="CI gate: registry compatibility + Iceberg evolvability",
+                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("--config", required=True)
     check.add_argument("--schemas", required=True, help="directory of <subject>.avsc / <subject>.json files")
     check.add_argument("--format", choices=("text", "json", "junit"), default="text")
@@ -87,18 +101,20 @@ def cmd_plan(args) -> int:
     if args.schema_file and not args.table:
         raise ConfigError("plan: --schema-file needs --table")
     output, blocked = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
-                                   table=args.table, fmt=args.format)
+                                   table=args.table, fmt=args.format, topic=args.topic)
     print(output)
     return EXIT_BLOCKED if blocked else EXIT_OK
 
 
 def cmd_check(args) -> int:
-    from router.planning import check_command
+    from router.checking import check_command
 
     config = _load(args.config)
-    output, failed = check_command(config, args.schemas, fmt=args.format)
+    output, code, unreachable = check_command(config, args.schemas, fmt=args.format)
     print(output)
-    return EXIT_BLOCKED if failed else EXIT_OK
+    for line in unreachable:
+        print(f"icerouter: error: {line}", file=sys.stderr)
+    return code
 
 
 def cmd_maintain(args) -> int:
@@ -132,9 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("icerouter: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # anything unexpected: one line, exit 1
+    except Exception as exc:  # anything unexpected: one line
         _fail(exc)
-        return EXIT_BLOCKED
+        return EXIT_UNDECIDED if args.command in DECIDING_COMMANDS else EXIT_BLOCKED
 
 
 def _fail(exc: BaseException) -> None:

@@ -43,6 +43,17 @@ class ConfigError(RouterError):
     exit_code = 2
 
 
+class ServiceUnavailable(RouterError):
+    """A service `plan` or `check` needs (schema registry, Iceberg catalog) could not be reached,
+    timed out or refused us: nothing was decided, which a CI gate must tell apart from "blocked"."""
+
+    transient = True
+    exit_code = 3
+
+    def __str__(self) -> str:  # the message already names the service and its (masked) URL
+        return self.message
+
+
 class RouteError(RouterError):
     """A record cannot be routed: no rule matched, or a template value is not allowed."""
 

@@ -11,6 +11,10 @@ test asks for it:
 3. the local dev stack (router.devstack): the noida-db broker, the registry
    emulator, a private PostgreSQL started from the Debian binaries.
 
+``registry_api_url`` runs a test against the registry emulator in strict
+mode (only the per-version compatibility endpoint), the surface some
+Confluent-API registries limit themselves to.
+
 Set ``ICEROUTER_TEST_REQUIRE_POSTGRES=1`` (CI does) to fail instead of skip
 when PostgreSQL cannot be started.
 """
@@ -143,6 +147,25 @@ def _local_registry(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def strict_registry_url(tmp_path_factory) -> str:
+    """The registry emulator in strict mode: no versionless compatibility endpoint (404),
+    only ``/compatibility/subjects/{s}/versions/{v}``, like several real registries."""
+    from router.devstack.registry_server import RegistryServer
+
+    server = RegistryServer(port=0, data_file=str(tmp_path_factory.mktemp("strict_registry") / "registry.json"),
+                            strict=True)
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(params=["full_api", "strict_api"])
+def registry_api_url(request) -> str:
+    """Each test runs against the session registry and against the strict emulator."""
+    return request.getfixturevalue("registry_url" if request.param == "full_api" else "strict_registry_url")
 
 
 @pytest.fixture(scope="session")
