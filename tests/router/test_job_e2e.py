@@ -1,4 +1,5 @@
-"""The streaming job end to end: real broker, registry, catalog (SQLite and PostgreSQL), Spark.
+"""The streaming job end to end: real broker, registry, catalog (SQLite and PostgreSQL on local disk,
+REST on S3), Spark.
 
 One scenario per catalog, in three runs of the real `icerouter run` process:
 
@@ -95,11 +96,13 @@ def _read(con, table) -> list[tuple]:
                        ).fetchall()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog_props(request, tmp_path):
     if request.param == "sqlite":
         return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
                 "warehouse": (tmp_path / "warehouse").as_uri()}
+    if request.param == "rest":  # SeaweedFS: REST catalog, tables and data files in S3
+        return request.getfixturevalue("object_store").rest_catalog_properties()
     uri = request.getfixturevalue("postgres_uri")
     return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "warehouse").as_uri()}
 
@@ -164,7 +167,7 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
         ledger.produce(kafka_bootstrap, [(late, None, enc[late](data.order(i)), None) for i in range(25)],
                        tables_for)
         catalog = load_catalog("e2e", **catalog_props)
-        con = connect()
+        con = connect(catalog_props)
 
         def all_landed() -> bool:
             for name, want in ledger.expected.items():
@@ -189,7 +192,7 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
 
     # Every produced record exactly once, in every table it was routed to.
     catalog = load_catalog("e2e", **catalog_props)
-    con = connect()
+    con = connect(catalog_props)
     for name, want in ledger.expected.items():
         if name.endswith("dead_letters"):
             continue
