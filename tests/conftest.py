@@ -230,6 +230,18 @@ def rest_catalog(object_store):
     return load_catalog("test_rest", **object_store.rest_catalog_properties())
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session)."""
+    from router.devstack.spark_cluster import LocalSparkCluster
+
+    cluster = LocalSparkCluster(str(tmp_path_factory.mktemp("spark_cluster")), workers=2, cores=1,
+                                memory="1g", tied_to_parent=True)
+    cluster.start()
+    yield cluster
+    cluster.stop(remove_data=True)
+
+
 @pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog(request):
     """Each test runs once per catalog backend (SQLite and PostgreSQL on local disk, REST on S3);

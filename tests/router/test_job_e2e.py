@@ -39,7 +39,11 @@ CLICK_TOPICS = 3
 PER_TOPIC = 40
 
 
-def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_props: dict) -> Path:
+LOCAL_SPARK = {"spark.master": "local[2]", "spark.driver.memory": "1g"}
+
+
+def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_props: dict,
+            spark: dict | None = None) -> Path:
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "pattern": rf"{prefix}\..*",
                   "client": {"receive.message.max.bytes": 1_000_000_000}},
@@ -47,7 +51,7 @@ def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_p
         "catalog": {"name": "e2e", "properties": catalog_props},
         "job": {"name": f"job_{prefix}", "checkpoint": str(tmp / "checkpoint"), "trigger_seconds": 2,
                 "status_file": str(tmp / "status.json"),
-                "spark": {"spark.master": "local[2]", "spark.driver.memory": "1g"}},
+                "spark": spark or LOCAL_SPARK},
         "tables": {"allowed_namespaces": [f"{prefix}_raw", f"{prefix}_an", f"{prefix}_pay", f"{prefix}_ops"],
                    "partition_by": ["day(created_at)"]},
         "routes": [
@@ -108,11 +112,31 @@ def catalog_props(request, tmp_path):
 
 
 def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name):
+    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
+
+
+def test_job_on_a_standalone_cluster_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, object_store,
+                                                             spark_cluster, unique_name):
+    """The same scenario submitted to a master and two workers, tables in S3 behind the REST catalog:
+    source tasks, decoding and Parquet writes run in executor JVMs' Python workers, which share no
+    process, cache or local file with the driver."""
+    before = {app["id"] for app in spark_cluster.applications()}
+    settings = {**spark_cluster.spark_settings(), "spark.driver.memory": "1g"}
+    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, object_store.rest_catalog_properties(),
+                           unique_name("c"), settings)
+    apps = [app for app in spark_cluster.applications() if app["id"] not in before]
+    assert len(apps) == 3 and all(app["name"] == "icerouter" for app in apps)  # the three runs
+    # every run had executors on both workers (their work dirs hold one folder per application)
+    for worker in range(spark_cluster.workers):
+        ran = set(os.listdir(os.path.join(spark_cluster.workdir, "work", str(worker))))
+        assert {app["id"] for app in apps} <= ran, f"worker {worker} ran no executor for some run"
+
+
+def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None):
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
 
-    prefix = unique_name("e")
-    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props)
+    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props, spark)
     orders = [f"{prefix}.orders_{i:02d}" for i in range(ORDER_TOPICS)]
     clicks = [f"{prefix}.clicks_{i}" for i in range(CLICK_TOPICS)]
     payments = f"{prefix}.payments"
