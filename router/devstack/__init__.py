@@ -20,6 +20,7 @@ _EXPORTS = {
     "postgres_catalog_properties": "router.devstack.catalog",
     "sqlite_catalog_properties": "router.devstack.catalog",
     "RegistryServer": "router.devstack.registry_server",
+    "LocalSparkCluster": "router.devstack.spark_cluster",
     "LocalStack": "router.devstack.stack",
     "default_stack_dir": "router.devstack.stack",
 }

@@ -31,6 +31,8 @@ import sysconfig
 import tempfile
 import urllib.request
 
+from pyarrow.fs import FileType, S3FileSystem
+
 from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
@@ -146,14 +148,10 @@ class LocalObjectStore:
             if resp.status != 200:
                 return False
         fs = self.filesystem()
-        from pyarrow.fs import FileType
-
         return all(fs.get_file_info(b).type == FileType.Directory for b in (self.bucket, self.table_bucket))
 
     def filesystem(self):
         """A pyarrow S3FileSystem on this store (listing, reading objects in tests and scripts)."""
-        from pyarrow.fs import S3FileSystem
-
         return S3FileSystem(access_key=self.access_key, secret_key=self.secret_key, region=REGION,
                             endpoint_override=self.endpoint, scheme="http", force_virtual_addressing=False)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -195,8 +196,6 @@ class LocalStack:
     def _s3_secret(self) -> str:
         path = os.path.join(self.stack_dir, S3_SECRET_FILE)
         if not os.path.exists(path):
-            import secrets
-
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="ascii") as fh:
                 fh.write(secrets.token_hex(16))

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlparse
 
+from pyarrow.fs import FileSelector
+
 from router.commit import expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
 from router.maintenance.compaction import LOCAL_SCHEMES, _delete, _name
@@ -167,8 +169,6 @@ def _remove_local_orphans(table, roots: list[str], cutoff: float, dry_run: bool)
 
 def _list_objects(table, roots: list[str]) -> dict[tuple[str, str], float]:
     """(scheme, key) -> modification time of every object under the roots, through the table's FileIO."""
-    from pyarrow.fs import FileSelector
-
     objects: dict[tuple[str, str], float] = {}
     for root in roots:
         scheme, key = _object_key(root)
