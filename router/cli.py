@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--topics", type=int, default=50)
     demo.add_argument("--records", type=int, default=20_000, help="records per phase")
     demo.add_argument("--workdir", default=None, help="where to keep the demo stack (default: temp dir)")
+    demo.add_argument("--s3", action="store_true",
+                      help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
     demo.set_defaults(handler=cmd_demo)
     return parser
 
@@ -129,7 +131,7 @@ def cmd_maintain(args) -> int:
 def cmd_demo(args) -> int:
     from router.demo import run_demo
 
-    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir)
+    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

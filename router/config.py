@@ -308,11 +308,21 @@ def _policy_set(evolution: Mapping[str, Any]) -> PolicySet:
 
 def _catalog(data: Any, base: Path) -> CatalogConfig:
     s = _Section(data, "catalog", ("name", "properties"))
-    props = s.mapping("properties") or {
+    # an empty value (`${VAR:-}` with VAR unset) means "not set": pyiceberg then uses its
+    # defaults, e.g. S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+    props = {k: v for k, v in s.mapping("properties").items() if v is not None and v != ""} or {
         "type": "sql",
         "uri": f"sqlite:///{(base / '.icerouter' / 'catalog.db').resolve()}",
         "warehouse": (base / ".icerouter" / "warehouse").resolve().as_uri(),
     }
+    if props.get("type") == "rest" and not props.get("uri"):
+        raise ConfigError("catalog.properties.uri: required for a REST catalog (its http(s) endpoint)")
+    for key in ("s3.path-style-access",):
+        if key in props and str(props[key]).lower() not in ("true", "false"):
+            raise ConfigError(f"catalog.properties.{key}: {props[key]!r} is not true or false")
+    endpoint = str(props.get("s3.endpoint", ""))
+    if endpoint and not re.match(r"https?://", endpoint):
+        raise ConfigError(f"catalog.properties.s3.endpoint: {endpoint!r} must start with http:// or https://")
     return CatalogConfig(s.get("name", "icerouter", str), props)
 
 

@@ -89,5 +89,5 @@ class CompactionConflict(MaintenanceError):
 
 
 class UnsupportedLocation(MaintenanceError):
-    """Orphan removal needs a local (file://) warehouse."""
+    """A table location orphan removal cannot list (no pyarrow filesystem, or split across file systems)."""
 

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
@@ -28,11 +28,6 @@ from pyiceberg.utils.properties import property_as_int
 
 from router.exceptions import CompactionConflict, MaintenanceError
 from router.tables import backoff
-
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger("icerouter.maintenance")
 
 log = logging.getLogger("icerouter.maintenance")
 

@@ -44,6 +44,11 @@ def test_defaults_are_sensible(tmp_path):
     (with_(job={"name": "bad name"}), "job.name"),
     (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
     (with_(extra=1), "config: unknown key 'extra'"),
+    (with_(catalog={"properties": {"type": "rest", "warehouse": "s3://w"}}), "catalog.properties.uri: required"),
+    (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.path-style-access": "yes"}}),
+     "catalog.properties.s3.path-style-access: 'yes' is not true or false"),
+    (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.endpoint": "127.0.0.1:9000"}}),
+     "catalog.properties.s3.endpoint: '127.0.0.1:9000' must start with http"),
 ])
 def test_invalid_config_is_one_clear_line(raw, message):
     with pytest.raises(ConfigError) as err:
@@ -85,6 +90,27 @@ def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
     path.write_text("kafka: {bootstrap_servers: '${IR_TEST_UNSET_VAR}', topics: [a]}\nregistry: {url: x}\n")
     with pytest.raises(ConfigError, match="IR_TEST_UNSET_VAR is not set"):
         load_config(path)
+
+
+def test_the_s3_rest_example_loads_with_optional_settings_left_unset(monkeypatch):
+    """conf/s3-rest.yaml: unset optional variables (`${VAR:-}`) drop the property, so pyiceberg's
+    defaults apply (AWS default credential chain, AWS endpoints); secrets are masked."""
+    from pathlib import Path
+
+    for name in ("ICEROUTER_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ICEROUTER_CATALOG_URL", "http://127.0.0.1:8181")
+    monkeypatch.setenv("ICEROUTER_CATALOG_CREDENTIAL", "client:TOPSECRET")
+    example = Path(__file__).resolve().parents[2] / "conf" / "s3-rest.yaml"
+    props = load_config(example).catalog.properties
+    assert props["type"] == "rest" and props["uri"] == "http://127.0.0.1:8181"
+    assert not {"s3.endpoint", "s3.access-key-id", "s3.secret-access-key"} & set(props)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ALSOSECRET")
+    monkeypatch.setenv("ICEROUTER_S3_ENDPOINT", "http://127.0.0.1:8333")
+    config = load_config(example)
+    assert config.catalog.properties["s3.secret-access-key"] == "ALSOSECRET"
+    assert config.catalog.properties["s3.endpoint"] == "http://127.0.0.1:8333"
+    assert "TOPSECRET" not in repr(config) and "ALSOSECRET" not in repr(config)
 
 
 def test_yaml_errors_and_missing_file(tmp_path):
