@@ -9,8 +9,8 @@ same ranges) while the payloads never leave Python: each task reads its packed
 offset ranges, runs the executor write path (route, decode, evolve, write) and
 yields the small per-table descriptors that the driver commits.
 
-The quarantine set is handed to tasks through a small JSON file next to the
-checkpoint, read when the batch is planned (driver side); the redirect pass for
+The quarantine set is handed to tasks through a small JSON file in the driver's
+temporary directory, read when the batch is planned (driver side, same host); the redirect pass for
 tables whose commit failed re-reads the same ranges through a plain RDD.
 """
 

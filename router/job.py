@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,16 @@ def source_options(config: RouterConfig):
     )
 
 
+def quarantine_path(job: str) -> str:
+    """Where the driver hands its quarantine set to the source's planner, a process on the same host.
+
+    The set lives as long as the driver process (a restart clears it), so a private temporary
+    file fits; a path derived from the checkpoint would break when the checkpoint is a URI.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
+    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.quarantine.json")
+
+
 def prepare_catalog(config: RouterConfig) -> None:
     """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
     once on the driver, so the first tasks never race to do it."""
@@ -109,7 +121,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False, dispat
     if config.job.fused_read and not jvm_kafka_available(spark):
         from router.fused import fused_stream, write_quarantine
 
-        dispatcher.quarantine_file = f"{config.job.checkpoint.rstrip('/')}.quarantine.json"
+        dispatcher.quarantine_file = quarantine_path(config.job.name)
         write_quarantine(dispatcher.quarantine_file, list(dispatcher.quarantined))  # a restart clears it
         stream = fused_stream(spark, options, dispatcher.context(-1), dispatcher.quarantine_file, resume)
         dispatcher.fused = options.to_json()
