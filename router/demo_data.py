@@ -12,7 +12,6 @@ import datetime as dt
 import decimal
 import io
 import json
-import logging
 import random
 import struct
 from typing import Iterator
@@ -108,11 +107,10 @@ def produce_one(producer, topic: str, key, value, headers, on_delivery) -> None:
     producer.poll(0)
 
 
-#: librdkafka's own log lines of the demo's producer (a refused first connection while a busy
-#: machine brings the broker up is retried by the client); failed deliveries still raise.
-QUIET_CLIENT_LOG = logging.getLogger("icerouter.demo.librdkafka")
-QUIET_CLIENT_LOG.setLevel(logging.CRITICAL)
-QUIET_CLIENT_LOG.propagate = False
+#: syslog level for librdkafka's own log lines of the demo's producer: a refused first
+#: connection while a busy machine brings the broker up is retried by the client (and would
+#: print before any Python logger could take it); failed deliveries still raise.
+QUIET_LOG_LEVEL = 2
 
 
 def produce(bootstrap: str, messages: Iterator[tuple[str, bytes | None, bytes | None, list | None]],
@@ -121,7 +119,7 @@ def produce(bootstrap: str, messages: Iterator[tuple[str, bytes | None, bytes | 
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 5000,
-                         "message.max.bytes": 16 * 1024 * 1024, "logger": QUIET_CLIENT_LOG, **(extra or {})})
+                         "message.max.bytes": 16 * 1024 * 1024, "log_level": QUIET_LOG_LEVEL, **(extra or {})})
     acked = [0]
     errors: list[str] = []
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from importlib.resources import files
 from types import MappingProxyType
 
-from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
+from router.devstack._proc import die_with_parent, free_port, log_tail, port_open, stop_pid, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -124,9 +124,12 @@ class LocalBroker:
         raise AssertionError("unreachable")
 
     def _ready(self) -> bool:
+        """Port first (a client dialling a closed port prints librdkafka errors), then metadata."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        if not port_open(HOST, self.port):
+            return False
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
         admin.list_topics(timeout=2)
         return True
 
