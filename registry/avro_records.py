@@ -9,7 +9,10 @@ branches turned into structs, root wrapping, nanosecond timestamps).
 """
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
+import uuid
 from typing import Any, Callable
 
 import fastavro
@@ -164,9 +167,6 @@ _PY_TESTS: dict[str, Callable[[Any], bool]] = {
 
 def _branch_match(branch: Any, ns: str | None, comp: _Compiler) -> tuple[str, Any]:
     """("named", fullname) for named types, else ("type", python predicate)."""
-    import datetime as dt
-    import decimal
-    import uuid
     if isinstance(branch, str) and branch not in PRIMITIVE_NAMES:
         node, _ = comp.resolve(branch, ns)
         return "named", _fullname(node["name"], node.get("namespace", ns))

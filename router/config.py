@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from pyiceberg.catalog import load_catalog
 
+from evolution.policy import PolicySet
+from registry.config import RegistryConfig
 from router.exceptions import ConfigError
 
 SECRET_KEY_PATTERN = re.compile(r"(password|secret|token|credential|private|sasl\.jaas|key\.pem|ssl\.key)", re.I)
@@ -92,8 +95,6 @@ class CatalogConfig:
         return f"CatalogConfig(name={self.name!r}, properties={mask_secrets(self.properties)!r})"
 
     def load(self):
-        from pyiceberg.catalog import load_catalog
-
         props = {k: str(v) for k, v in self.properties.items()}
         _ensure_local_dirs(props)
         return load_catalog(self.name, **props)
@@ -117,7 +118,7 @@ class JobConfig:
     commit_threads: int = 8
     commit_retries: int = 6
     spark: Mapping[str, Any] = field(default_factory=dict)
-    fused_read: bool = True  # source tasks decode and write themselves (see router/fused.py)
+    fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,6 @@ class RouterConfig:
         return f"RouterConfig(source={self.source}, routes={len(self.routes)}, kafka={self.kafka!r}, catalog={self.catalog!r})"
 
     def registry_config(self):
-        from registry.config import RegistryConfig
-
         try:
             return RegistryConfig.from_dict(dict(self.registry))
         except ConfigError:
@@ -188,8 +187,6 @@ class RouterConfig:
             raise ConfigError(f"registry: {exc}") from None
 
     def policies(self):
-        from evolution.policy import PolicySet
-
         try:
             return PolicySet.from_config(self.evolution.get("default"), self.evolution.get("topics") or {})
         except Exception as exc:

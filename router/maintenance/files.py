@@ -6,17 +6,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-
-from router.commit import expire_snapshots
+from router.catalog import expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
-
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger("icerouter.maintenance")
 from router.maintenance.compaction import LOCAL_SCHEMES, _delete, _name
 
 log = logging.getLogger("icerouter.maintenance")
@@ -47,7 +40,7 @@ def reachable_files(table, include_deleted_entries: bool = False) -> set[str]:
 
 
 def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool = True) -> ExpiryResult:
-    """Expire old snapshots (router.commit.expire_snapshots), then delete the files only they used."""
+    """Expire old snapshots (router/catalog/expiry.py), then delete the files only they used."""
     before = reachable_files(table) if delete_files else set()
     expired = expire_snapshots(table, retain_last, max_age_seconds)
     result = ExpiryResult(expired=expired)
