@@ -84,6 +84,10 @@ class AvroVisitor(Generic[T]):
         """A result for a logical type, or None to walk the underlying type."""
         return None
 
+    def named(self, name: str, node: dict, result: T) -> T:
+        """After a record, enum or fixed (defined here or referenced), with its full name."""
+        return result
+
     def wrapped(self, node: dict, inner: T) -> T:
         """``{"type": <schema>}``: the wrapped schema's result."""
         return inner
@@ -134,11 +138,22 @@ class _Walk(Generic[T]):
         if not isinstance(node, dict) or "type" not in node:
             return v.invalid(node)
         kind = node["type"]
-        inner_ns = ns
-        if kind in NAMED_KINDS:
-            full, inner_ns = self.define(node, ns)
-            if kind in ("record", "error") and full in self.expanding:
-                return v.recursive(full)
+        if kind not in NAMED_KINDS:
+            return self.anonymous(node, kind, ns)
+        full, inner_ns = self.define(node, ns)
+        if kind in ("record", "error") and full in self.expanding:
+            return v.recursive(full)
+        logical = node.get("logicalType")
+        result = v.logical(node, logical, kind) if logical is not None else None
+        if result is None:
+            if kind in ("record", "error"):
+                result = self.record(node, full, inner_ns)
+            else:
+                result = v.enum(node) if kind == "enum" else v.fixed(node)
+        return v.named(full, node, result)
+
+    def anonymous(self, node: dict, kind: Any, ns: str | None) -> T:
+        v = self.visitor
         logical = node.get("logicalType")
         if logical is not None:
             result = v.logical(node, logical, kind)
@@ -148,12 +163,6 @@ class _Walk(Generic[T]):
             return v.wrapped(node, self.visit(kind, ns))
         if kind in PRIMITIVE_NAMES:
             return v.primitive(node, kind)
-        if kind in ("record", "error"):
-            return self.record(node, full, inner_ns)
-        if kind == "enum":
-            return v.enum(node)
-        if kind == "fixed":
-            return v.fixed(node)
         if kind == "array":
             v.before_element()
             try:
