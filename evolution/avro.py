@@ -32,7 +32,7 @@ from pyiceberg.types import (
     StructType, TimestampType, TimestamptzType, TimeType,
 )
 
-from evolution.avro_visitor import AvroVisitor, visit_avro
+from evolution.avro_visitor import PathVisitor, visit_avro
 from evolution.exceptions import UnsupportedSchemaError
 
 __all__ = ["avro_to_iceberg", "avro_field_aliases", "parse_avro", "ROOT_VALUE_FIELD"]
@@ -78,11 +78,11 @@ def parse_avro(schema: str | dict | list) -> Any:
     return schema
 
 
-class _Converter(AvroVisitor[tuple[IcebergType, bool]]):
+class _Converter(PathVisitor[tuple[IcebergType, bool]]):
     """Avro -> Iceberg types; each result is (type, required): only unions make a value optional."""
 
-    def __init__(self) -> None:
-        self.path: list[str] = []
+    def __init__(self, root: tuple[str, ...] = ()) -> None:
+        super().__init__(root)
         self._ids = iter(range(1, 1 << 31))
 
     def next_id(self) -> int:
@@ -90,31 +90,6 @@ class _Converter(AvroVisitor[tuple[IcebergType, bool]]):
 
     def error(self, reason: str, **where: Any) -> UnsupportedSchemaError:
         return UnsupportedSchemaError(reason, path=tuple(self.path), **where)
-
-    # -- where we are -------------------------------------------------------
-    def before_field(self, field: dict) -> None:
-        self.path.append(field["name"])
-
-    def after_field(self, field: dict) -> None:
-        self.path.pop()
-
-    def before_element(self) -> None:
-        self.path.append("element")
-
-    def after_element(self) -> None:
-        self.path.pop()
-
-    def before_value(self) -> None:
-        self.path.append("value")
-
-    def after_value(self) -> None:
-        self.path.pop()
-
-    def before_branch(self, name: str) -> None:
-        self.path.append(name)
-
-    def after_branch(self, name: str) -> None:
-        self.path.pop()
 
     # -- types ----------------------------------------------------------------
     def record(self, node: dict, fields: list) -> tuple[IcebergType, bool]:
@@ -183,46 +158,18 @@ class _Converter(AvroVisitor[tuple[IcebergType, bool]]):
 def avro_to_iceberg(schema: str | dict | list) -> Schema:
     """Map an Avro schema (registry JSON) onto a fresh-id pyiceberg Schema."""
     node = parse_avro(schema)
-    converter = _Converter()
     if isinstance(node, dict) and node.get("type") in ("record", "error"):
-        struct, _ = visit_avro(node, converter)
+        struct, _ = visit_avro(node, _Converter())
         raw = Schema(*struct.fields)
     else:  # a bare type becomes the single column `value`
-        converter.path.append(ROOT_VALUE_FIELD)
+        converter = _Converter((ROOT_VALUE_FIELD,))
         typ, required = visit_avro(node, converter)
         raw = Schema(NestedField(converter.next_id(), ROOT_VALUE_FIELD, typ, required=required))
     return assign_fresh_schema_ids(raw)
 
 
-class _Aliases(AvroVisitor[list]):
+class _Aliases(PathVisitor[list]):
     """(field path, aliases) of every field that declares former names."""
-
-    def __init__(self, root: tuple[str, ...]) -> None:
-        self.path = list(root)
-
-    def before_field(self, field: dict) -> None:
-        self.path.append(field["name"])
-
-    def after_field(self, field: dict) -> None:
-        self.path.pop()
-
-    def before_element(self) -> None:
-        self.path.append("element")
-
-    def after_element(self) -> None:
-        self.path.pop()
-
-    def before_value(self) -> None:
-        self.path.append("value")
-
-    def after_value(self) -> None:
-        self.path.pop()
-
-    def before_branch(self, name: str) -> None:
-        self.path.append(name)
-
-    def after_branch(self, name: str) -> None:
-        self.path.pop()
 
     def record(self, node: dict, fields: list) -> list:
         out = []

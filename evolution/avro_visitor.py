@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from evolution.exceptions import UnsupportedSchemaError
 
-__all__ = ["AvroVisitor", "visit_avro", "branch_name", "fullname", "NAMED_KINDS", "PRIMITIVE_NAMES"]
+__all__ = ["AvroVisitor", "PathVisitor", "visit_avro", "branch_name", "fullname", "NAMED_KINDS", "PRIMITIVE_NAMES"]
 
 T = TypeVar("T")
 
@@ -103,6 +103,38 @@ class AvroVisitor(Generic[T]):
     def invalid(self, node: Any) -> T:
         """Something that is not a schema at all (no "type")."""
         raise UnsupportedSchemaError(f"not an Avro schema: {node!r}")
+
+
+class PathVisitor(AvroVisitor[T]):
+    """A visitor that knows where it is: `path` names the current column as in the Iceberg mapping
+    (field names, ``element`` for list items, ``value`` for map values, branch names in unions)."""
+
+    def __init__(self, root: tuple[str, ...] = ()) -> None:
+        self.path: list[str] = list(root)
+
+    def before_field(self, field: dict) -> None:
+        self.path.append(field["name"])
+
+    def after_field(self, field: dict) -> None:
+        self.path.pop()
+
+    def before_element(self) -> None:
+        self.path.append("element")
+
+    def after_element(self) -> None:
+        self.path.pop()
+
+    def before_value(self) -> None:
+        self.path.append("value")
+
+    def after_value(self) -> None:
+        self.path.pop()
+
+    def before_branch(self, name: str) -> None:
+        self.path.append(name)
+
+    def after_branch(self, name: str) -> None:
+        self.path.pop()
 
 
 class _Walk(Generic[T]):
