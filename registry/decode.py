@@ -94,9 +94,6 @@ class DecodeResult:
     def decoded_rows(self) -> int:
         return sum(g.batch.num_rows for g in self.groups)
 
-    def failure_indices(self) -> np.ndarray:
-        return np.asarray([f.index for f in self.failures], dtype=np.int64)
-
 
 def _registry_failure(exc: RegistryError) -> tuple[str, bool]:
     for cls, name in _REGISTRY_ERROR_CLASSES:
