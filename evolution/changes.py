@@ -90,6 +90,7 @@ class Violation:
 
     path: Path
     kind: str      # new_table | new_column | widen | make_optional | rename | missing_required | type_change
+                   # | case_conflict
     reason: str
     outcome: Mode
 

@@ -20,7 +20,12 @@ Rules, in short:
   a ``missing_required``/``make_optional`` violation (``discard_value`` is
   treated as ``discard_row`` there: the value to drop does not exist);
 * an incoming field whose Avro ``aliases`` name an existing column renames that
-  column (field id kept) unless another incoming schema still uses the old name.
+  column (field id kept) unless another incoming schema still uses the old name;
+* under case-sensitive matching, a new field whose name differs from a sibling
+  column only by case (``userid`` beside ``UserId``) is a ``case_conflict``
+  violation handled like a type change: case-insensitive engines could not
+  tell the two columns apart. Case-insensitive matching maps it onto the
+  existing column instead.
 """
 from __future__ import annotations
 
@@ -212,6 +217,11 @@ class _Planner:
     def add(self, ts: _Struct, f: NestedField, path: Path, owner_added: bool,
             owner_born: int) -> _Field | None:
         p = path + (f.name,)
+        twin = self.case_twin(ts, f.name)
+        if twin is not None:
+            self.type_violation(p, f"differs from column {twin!r} only by case; case-insensitive engines "
+                                   "(Spark SQL, Trino, DuckDB) cannot tell them apart", "case_conflict")
+            return None
         if not (owner_added or self.new_table) and not self.allow(
                 "new_column", p, f"new column of type {f.field_type}"):
             return None
@@ -219,6 +229,11 @@ class _Planner:
         nf.required = f.required and owner_born == self.index
         ts.fields.append(nf)
         return nf
+
+    def case_twin(self, ts: _Struct, name: str) -> str | None:
+        """A sibling whose name equals ``name`` but for case (only possible when case-sensitive)."""
+        low = name.lower()
+        return next((f.name for f in ts.fields if f.name.lower() == low), None) if self.case_sensitive else None
 
     def renamed(self, ts: _Struct, inc: StructType, f: NestedField, path: Path,
                 ipath: Path) -> _Field | None:
@@ -286,8 +301,9 @@ class _Planner:
         else:
             self.type_violation(path, f"cannot change {n} to {t}")
 
-    def type_violation(self, path: Path, reason: str) -> None:
-        self.violate(path, "type_change", reason, self.policy.type_change)
+    def type_violation(self, path: Path, reason: str, kind: str = "type_change") -> None:
+        """An illegal change: handled by the ``type_change`` mode."""
+        self.violate(path, kind, reason, self.policy.type_change)
 
 
 def _emit(s: _Struct, path: Path, ids: Iterator[int]) -> Iterator[Change]:

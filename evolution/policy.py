@@ -50,6 +50,7 @@ class Mode(str, Enum):
 
 ENTITIES = ("new_table", "new_column", "type_change")
 FLAGS = ("optional_on_create",)
+SHORTHAND = "<shorthand>"  # the key reported for a policy given as one mode string
 
 ALLOWED_MODES: dict[str, frozenset[Mode]] = {
     "new_table": frozenset({Mode.EVOLVE, Mode.FREEZE, Mode.DISCARD_ROW, Mode.DLQ}),
@@ -95,8 +96,9 @@ def _mode(value: Any, key: str, topic: str | None = None) -> Mode:
     try:
         return Mode(str(value).strip().lower())
     except ValueError:
+        target = "" if key == SHORTHAND else f" for {key!r}"
         raise PolicyConfigError(
-            f"unknown mode {value!r} for {key!r}; expected one of "
+            f"unknown mode {value!r}{target}; expected one of "
             f"{', '.join(m.value for m in Mode)}", key=key, value=value, topic=topic) from None
 
 
@@ -110,7 +112,7 @@ def parse_policy_spec(spec: Any, topic: str | None = None) -> dict[str, Any]:
     if spec is None:
         return {}
     if isinstance(spec, (str, Mode)):
-        mode = _mode(spec, "<shorthand>", topic)
+        mode = _mode(spec, SHORTHAND, topic)
         out = {e: mode for e in ENTITIES if mode in ALLOWED_MODES[e]}
         if not out:
             raise PolicyConfigError(f"mode {mode.value!r} fits no entity", value=spec, topic=topic)

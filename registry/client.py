@@ -19,7 +19,9 @@ import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
+from urllib.parse import quote
 
 from cachetools import TTLCache
 from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegistryClient
@@ -30,7 +32,7 @@ from registry.artifacts import SchemaArtifacts, build_artifacts
 from registry.config import RegistryConfig, _mask_userinfo
 from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
 
-__all__ = ["CachedRegistry", "get_registry", "TRANSIENT_STATUS"]
+__all__ = ["CachedRegistry", "Compatibility", "get_registry", "TRANSIENT_STATUS"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,6 +40,17 @@ T = TypeVar("T")
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 TRANSIENT_EXCEPTIONS = (httpx.TransportError, ConnectionError, TimeoutError, OSError)
 LATEST_CACHE_SIZE = 10_000
+INVALID_SCHEMA_STATUS = frozenset({400, 422})  # the registry refuses the schema text itself
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    """A registry verdict: compatible | incompatible | new (no such subject) | invalid."""
+
+    verdict: str
+    level: str | None = None
+    messages: tuple[str, ...] = ()
+    versions: tuple[int, ...] = ()  # the subject's live versions when it was asked
 
 
 class CachedRegistry:
@@ -156,6 +169,55 @@ class CachedRegistry:
             if reg.schema_id is not None:
                 self._schemas.setdefault(reg.schema_id, reg.schema)
             return reg
+
+    def version(self, subject: str, version: int | str = "latest") -> RegisteredSchema:
+        """One version of ``subject`` (``latest`` goes through the TTL cache)."""
+        if version == "latest":
+            return self.latest(subject)
+        reg = self._call(lambda: self._client.get_version(subject, int(version)), subject=subject)
+        if reg.schema_id is not None:
+            self._schemas.setdefault(reg.schema_id, reg.schema)
+        return reg
+
+    def compatibility(self, subject: str, schema_str: str, schema_type: str = "AVRO") -> Compatibility:
+        """The registry's verdict on registering ``schema_str`` under ``subject``.
+
+        Only the per-version endpoint is used (``/compatibility/subjects/{s}/versions/{v}``):
+        it is the one every Confluent-API registry serves. ``latest`` for the plain
+        levels, every live version for the ``*_TRANSITIVE`` ones, at the subject's
+        level (the global level when the subject has none).
+        Raises ``RegistryUnavailable`` (transient) or ``RegistryError`` (e.g. 401).
+        """
+        try:
+            versions = tuple(self._call(lambda: self._client.get_versions(subject), subject=subject))
+        except SchemaNotFound:
+            return Compatibility("new")
+        level = self.compatibility_level(subject)
+        targets = versions if level.upper().endswith("_TRANSITIVE") else ("latest",)
+        body = Schema(schema_str, schema_type).to_dict()
+        messages: list[str] = []
+        compatible = True
+        for version in targets:
+            path = (f"compatibility/subjects/{quote(subject, safe='')}/versions/{version}"
+                    "?verbose=true")
+            try:
+                answer = self._call(lambda: self._client._rest_client.post(path, body=body), subject=subject)
+            except RegistryError as exc:
+                if getattr(exc, "status", None) in INVALID_SCHEMA_STATUS:
+                    return Compatibility("invalid", level, (exc.message,), versions)
+                raise
+            if not answer.get("is_compatible"):
+                compatible = False
+                label = f"version {versions[-1] if version == 'latest' else version}"
+                messages += [f"{label}: {m}" for m in answer.get("messages") or ()] or [f"{label}: incompatible"]
+        return Compatibility("compatible" if compatible else "incompatible", level, tuple(messages), versions)
+
+    def compatibility_level(self, subject: str) -> str:
+        """The subject's compatibility level, or the global one when the subject has none."""
+        try:
+            return self._call(lambda: self._client.get_compatibility(subject), subject=subject)
+        except SchemaNotFound:  # 40401 / 40408: no subject-level config
+            return self._call(lambda: self._client.get_compatibility(), subject=subject)
 
     def _references(self, schema: Schema, ref: int | str, depth: int = 0) -> list[str]:
         """Schema texts of everything ``schema`` references, dependencies first."""

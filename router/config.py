@@ -17,22 +17,20 @@ from typing import Any, Mapping
 import yaml
 from pyiceberg.catalog import load_catalog
 
-from evolution.policy import PolicySet
+from evolution.exceptions import PolicyConfigError
+from evolution.policy import PolicySet, parse_policy_spec
 from registry.config import RegistryConfig
+from registry.exceptions import RegistryConfigError
 from router.exceptions import ConfigError
+from router.masking import mask_secrets, mask_url
 
-SECRET_KEY_PATTERN = re.compile(r"(password|secret|token|credential|private|sasl\.jaas|key\.pem|ssl\.key)", re.I)
-MASK = "******"
+PARTITION_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
+PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*")
 ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 UNMATCHED_MODES = ("dlq", "drop")
 TOMBSTONE_MODES = ("ignore", "dlq")
 STARTING_OFFSETS = ("earliest", "latest")
-
-
-def mask_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy of a settings mapping with secret-looking values replaced by a mask."""
-    return {k: (MASK if SECRET_KEY_PATTERN.search(str(k)) else v) for k, v in values.items()}
 
 
 class _Section:
@@ -93,6 +91,11 @@ class CatalogConfig:
 
     def __repr__(self) -> str:
         return f"CatalogConfig(name={self.name!r}, properties={mask_secrets(self.properties)!r})"
+
+    @property
+    def url(self) -> str:
+        """Where the catalog is (its ``uri``, else its warehouse), credentials masked: for messages."""
+        return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
 
     def load(self):
         props = {k: str(v) for k, v in self.properties.items()}
@@ -178,19 +181,11 @@ class RouterConfig:
     def __repr__(self) -> str:
         return f"RouterConfig(source={self.source}, routes={len(self.routes)}, kafka={self.kafka!r}, catalog={self.catalog!r})"
 
-    def registry_config(self):
-        try:
-            return RegistryConfig.from_dict(dict(self.registry))
-        except ConfigError:
-            raise
-        except Exception as exc:  # registry's own validation error -> one config line
-            raise ConfigError(f"registry: {exc}") from None
+    def registry_config(self) -> RegistryConfig:
+        return _registry_config(self.registry)
 
-    def policies(self):
-        try:
-            return PolicySet.from_config(self.evolution.get("default"), self.evolution.get("topics") or {})
-        except Exception as exc:
-            raise ConfigError(f"evolution: {exc}") from None
+    def policies(self) -> PolicySet:
+        return _policy_set(self.evolution)
 
 
 ROOT_KEYS = ("kafka", "registry", "catalog", "job", "tables", "routes", "evolution", "dlq", "maintenance",
@@ -272,16 +267,61 @@ def _kafka(data: Any) -> KafkaConfig:
 def _registry(data: Any) -> dict[str, Any]:
     if not isinstance(data, Mapping) or not data.get("url"):
         raise ConfigError("registry.url: required")
+    _registry_config(data)  # every key and value checked now, not on the first executor
     return dict(data)
+
+
+def _registry_config(data: Mapping[str, Any]) -> RegistryConfig:
+    try:
+        return RegistryConfig.from_dict(dict(data))
+    except RegistryConfigError as exc:
+        where = f"registry.{exc.key}" if exc.key else "registry"
+        raise ConfigError(f"{where}: {exc.reason}") from None
+    except TypeError as exc:
+        raise ConfigError(f"registry: {exc}") from None
+
+
+def _policy_spec(spec: Any, where: str) -> Any:
+    """Validate one policy spec at load; the message names the key's path."""
+    try:
+        parse_policy_spec(spec)
+    except PolicyConfigError as exc:
+        raise ConfigError(f"{_policy_path(where, spec, exc)}: {exc.reason}") from None
+    return spec
+
+
+def _policy_path(where: str, spec: Any, exc: PolicyConfigError) -> str:
+    return f"{where}.{exc.key}" if isinstance(spec, Mapping) and exc.key in spec else where
+
+
+def _policy_set(evolution: Mapping[str, Any]) -> PolicySet:
+    try:
+        return PolicySet.from_config(evolution.get("default"), evolution.get("topics") or {})
+    except PolicyConfigError as exc:
+        if exc.topic is not None:
+            where, spec = f"evolution.topics[{exc.topic!r}]", (evolution.get("topics") or {}).get(exc.topic)
+        else:
+            where, spec = "evolution.default", evolution.get("default")
+        raise ConfigError(f"{_policy_path(where, spec, exc)}: {exc.reason}") from None
 
 
 def _catalog(data: Any, base: Path) -> CatalogConfig:
     s = _Section(data, "catalog", ("name", "properties"))
-    props = s.mapping("properties") or {
+    # an empty value (`${VAR:-}` with VAR unset) means "not set": pyiceberg then uses its
+    # defaults, e.g. S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+    props = {k: v for k, v in s.mapping("properties").items() if v is not None and v != ""} or {
         "type": "sql",
         "uri": f"sqlite:///{(base / '.icerouter' / 'catalog.db').resolve()}",
         "warehouse": (base / ".icerouter" / "warehouse").resolve().as_uri(),
     }
+    if props.get("type") == "rest" and not props.get("uri"):
+        raise ConfigError("catalog.properties.uri: required for a REST catalog (its http(s) endpoint)")
+    for key in ("s3.path-style-access",):
+        if key in props and str(props[key]).lower() not in ("true", "false"):
+            raise ConfigError(f"catalog.properties.{key}: {props[key]!r} is not true or false")
+    endpoint = str(props.get("s3.endpoint", ""))
+    if endpoint and not re.match(r"https?://", endpoint):
+        raise ConfigError(f"catalog.properties.s3.endpoint: {endpoint!r} must start with http:// or https://")
     return CatalogConfig(s.get("name", "icerouter", str), props)
 
 
@@ -305,9 +345,21 @@ def _tables(data: Any) -> TablesConfig:
     s = _Section(data, "tables", ("auto_create", "default_namespace", "allowed_namespaces", "partition_by",
                                   "properties", "case_sensitive", "metadata_columns"))
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
-                        tuple(s.get("allowed_namespaces", [], list)), tuple(s.get("partition_by", [], list)),
+                        tuple(s.get("allowed_namespaces", [], list)),
+                        _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)))
+
+
+def _partition_by(items: list, where: str) -> tuple[str, ...]:
+    """Partition specs are checked at load; whether the column exists is per table (at creation)."""
+    for i, text in enumerate(items):
+        m = PARTITION_PATTERN.fullmatch(str(text))
+        if not m or m.group(1) not in PARTITION_TRANSFORMS:
+            raise ConfigError(f"{where}[{i}]: {text!r} is not one of {', '.join(PARTITION_TRANSFORMS)}(<column>)")
+        if m.group(1) in ("bucket", "truncate") and m.group(2) is None:
+            raise ConfigError(f"{where}[{i}]: {text!r} needs a width, e.g. {m.group(1)}(16, {m.group(3)})")
+    return tuple(map(str, items))
 
 
 def _routes(items: list) -> tuple[RouteConfig, ...]:
@@ -332,8 +384,9 @@ def _routes(items: list) -> tuple[RouteConfig, ...]:
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
-            columns=tuple(columns) if columns is not None else None, evolution=s.get("evolution"),
-            partition_by=tuple(partition_by) if partition_by is not None else None))
+            columns=tuple(map(str, columns)) if columns is not None else None,
+            evolution=_policy_spec(s.get("evolution"), f"{where}.evolution"),
+            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -343,7 +396,9 @@ def _routes(items: list) -> tuple[RouteConfig, ...]:
 
 def _evolution(data: Any) -> dict[str, Any]:
     s = _Section(data, "evolution", ("default", "topics"))
-    return {"default": s.get("default", "evolve" if data is None else None), "topics": s.mapping("topics")}
+    evolution = {"default": s.get("default", "evolve" if data is None else None), "topics": s.mapping("topics")}
+    _policy_set(evolution)  # validated now, with the key's path in the message
+    return evolution
 
 
 def _dlq(data: Any) -> DlqConfig:

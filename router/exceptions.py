@@ -51,6 +51,17 @@ class ConfigError(RouterError):
     exit_code = 2
 
 
+class ServiceUnavailable(RouterError):
+    """A service `plan` or `check` needs (schema registry, Iceberg catalog) could not be reached,
+    timed out or refused us: nothing was decided, which a CI gate must tell apart from "blocked"."""
+
+    transient = True
+    exit_code = 3
+
+    def __str__(self) -> str:  # the message already names the service and its (masked) URL
+        return self.message
+
+
 class RouteError(RouterError):
     """A record cannot be routed: no rule matched, or a template value is not allowed."""
 
@@ -70,7 +81,7 @@ class CompactionConflict(MaintenanceError):
 
 
 class UnsupportedLocation(MaintenanceError):
-    """Orphan removal needs a local (file://) warehouse."""
+    """A table location orphan removal cannot list (no pyarrow filesystem, or split across file systems)."""
 
 
 
@@ -96,8 +107,11 @@ def _marked(exc: BaseException) -> bool:
 # Errors of other libraries, by class (module.qualname, matched along the MRO, so nothing is imported here).
 THIRD_PARTY_TRANSIENT: dict[str, Callable[[BaseException], bool]] = {
     "builtins.ConnectionError": lambda exc: True,  # refused / reset sockets (HTTP catalogs, registry)
+    "builtins.TimeoutError": lambda exc: True,
     "requests.exceptions.ConnectionError": lambda exc: True,  # REST catalog transport
+    "requests.exceptions.Timeout": lambda exc: True,
     "sqlalchemy.exc.OperationalError": lambda exc: True,  # SQL catalog: server down, database locked
+    "sqlalchemy.exc.InterfaceError": lambda exc: True,  # SQL catalog: connection closed under us
     "psycopg2.OperationalError": lambda exc: True,
     "sqlite3.OperationalError": lambda exc: True,
     "cimpl.KafkaException": _kafka_transport,  # confluent-kafka: brokers unreachable

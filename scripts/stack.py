@@ -1,6 +1,6 @@
 """Start, stop or inspect the local dev stack (broker, schema registry, catalogs).
 
-    python scripts/stack.py start [--postgres] [--stack-dir DIR]
+    python scripts/stack.py start [--postgres] [--s3] [--stack-dir DIR]
     python scripts/stack.py status
     python scripts/stack.py stop
 
@@ -26,8 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["start", "stop", "status"])
     parser.add_argument("--stack-dir", default=None, help="default: $ICEROUTER_STACK_DIR or .icerouter/stack")
     parser.add_argument("--postgres", action="store_true", help="also start a PostgreSQL catalog database")
+    parser.add_argument("--s3", action="store_true",
+                        help="also start SeaweedFS: S3 object storage and an Iceberg REST catalog "
+                             "(secret key in <stack dir>/s3.secret)")
     args = parser.parse_args(argv)
-    stack = LocalStack(args.stack_dir or default_stack_dir(), with_postgres=args.postgres)
+    stack = LocalStack(args.stack_dir or default_stack_dir(), with_postgres=args.postgres, with_s3=args.s3)
     try:
         if args.command == "start":
             stack.start()

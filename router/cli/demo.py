@@ -1,10 +1,14 @@
 """`icerouter demo`: the whole product on one machine, in about two minutes.
 
-Starts a local broker, schema registry and SQLite Iceberg catalog, creates ~50
+Starts a local broker, schema registry and SQLite Iceberg catalog (``--s3``:
+SeaweedFS as object storage behind its Iceberg REST catalog), creates ~50
 topics, produces Avro records, runs the streaming job live, then changes the
 data under it: version 2 of the schema (a new field, int -> long), a topic that
 appears mid-run, fan-out by header, fan-in of three topics into one table and a
 poison record. Ends with a table of tables read back through DuckDB.
+
+Shutdown order matters for a clean last screen: the Spark session (and with it
+every Python worker holding a Kafka client) stops before the broker does.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from router.cli import demo_data as data
 from router.cli.summary import table_of_tables
 from router.config import parse_config
 from router.devstack.broker import LocalBroker
+from router.devstack.objectstore import LocalObjectStore
 from router.devstack.registry_server import RegistryServer
 from router.driver.job import build_spark, start_query
 
@@ -27,15 +32,16 @@ REGIONS = ("eu", "us")
 CLICK_TOPICS = ("clicks.web", "clicks.ios", "clicks.android")
 
 
-def demo_config(workdir: Path, bootstrap: str, registry_url: str) -> dict:
+def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_properties: dict | None = None) -> dict:
+    """The demo's job config; the catalog defaults to SQLite + a local warehouse under ``workdir``."""
+    catalog = catalog_properties or {"type": "sql", "uri": f"sqlite:///{workdir / 'catalog.db'}",
+                                     "warehouse": (workdir / "warehouse").as_uri()}
     return {
         "kafka": {"bootstrap_servers": bootstrap, "pattern": r"(shop\..*|clicks\..*|payments)",
                   "client": {"receive.message.max.bytes": 1_000_000_000},
                   "max_records_per_batch": 200_000},
         "registry": {"url": registry_url, "latest_ttl_seconds": 5},
-        "catalog": {"name": "demo", "properties": {
-            "type": "sql", "uri": f"sqlite:///{workdir / 'catalog.db'}",
-            "warehouse": (workdir / "warehouse").as_uri()}},
+        "catalog": {"name": "demo", "properties": catalog},
         "job": {"name": "demo", "checkpoint": str(workdir / "checkpoint"), "trigger_seconds": 3,
                 "status_file": str(workdir / "status.json"),
                 "spark": {"spark.master": "local[2]", "spark.driver.memory": "2g"}},
@@ -93,19 +99,27 @@ def wait_for(progress: Progress, expected: int, query, timeout: float) -> bool:
     return False
 
 
-def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None, out=sys.stdout) -> int:
+def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None, out=sys.stdout,
+             s3: bool = False) -> int:
     temp = workdir is None
     root = Path(workdir or tempfile.mkdtemp(prefix="icerouter-demo-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     broker = LocalBroker(data_dir=str(root / "broker"), tied_to_parent=True)
     registry = RegistryServer(data_file=str(root / "registry.json"))
-    query = None
+    store = LocalObjectStore(str(root / "objectstore"), tied_to_parent=True) if s3 else None
+    query = spark = None
     try:
         print(f"icerouter demo: working in {root}", file=out)
         bootstrap = broker.start()
         registry_url = registry.start()
-        print(f"  broker {bootstrap}, schema registry {registry_url}, catalog sqlite {root / 'catalog.db'}",
-              file=out)
+        catalog_properties = None
+        if store is not None:
+            store.start()
+            catalog_properties = store.rest_catalog_properties()
+            where = f"REST {store.catalog_url}, tables in s3://{store.table_bucket} at {store.endpoint}"
+        else:
+            where = f"sqlite {root / 'catalog.db'}"
+        print(f"  broker {bootstrap}, schema registry {registry_url}, catalog {where}", file=out)
         n_orders = max(1, topics - len(CLICK_TOPICS) - 2)
         order_topics = [f"shop.orders_{i:02d}" for i in range(n_orders)]
         broker.create_topics(order_topics + list(CLICK_TOPICS) + ["payments"], partitions=3)
@@ -115,7 +129,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         click_enc = data.Encoder(data.CLICK, data.register(registry_url, "clicks-value", data.CLICK))
         pay_enc = data.Encoder(data.ORDER_V1, data.register(registry_url, "payments-value", data.ORDER_V1))
 
-        config = parse_config(demo_config(root, bootstrap, registry_url))
+        config = parse_config(demo_config(root, bootstrap, registry_url, catalog_properties))
         print(f"phase 1: {len(order_topics) + 4} topics, schema v1, {records:,} records", file=out)
         sent = data.produce(bootstrap, _messages(order_topics, 0, records, 1, encoders, click_enc, pay_enc))
         spark = build_spark(config)
@@ -141,14 +155,20 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
             print(f"  timed out waiting: {progress.rows + progress.dead:,} of {expected:,} records", file=out)
         query.stop()
         query = None
+        spark.stop()  # its Python workers hold Kafka clients: stop them before the broker goes away
+        spark = None
         print("\ntables (read back with DuckDB):", file=out)
         print(table_of_tables(config.catalog), file=out)
         return 0
     finally:
         if query is not None:
             query.stop()
+        if spark is not None:
+            spark.stop()
         registry.stop()
         broker.stop()
+        if store is not None:
+            store.stop()
         if temp and not os.environ.get("ICEROUTER_KEEP_DEMO"):
             shutil.rmtree(root, ignore_errors=True)
 

@@ -1,4 +1,4 @@
-"""Local dev stack: Kafka-compatible broker, Schema Registry emulator, Iceberg catalogs.
+"""Local dev stack: Kafka-compatible broker, Schema Registry emulator, Iceberg catalogs, object storage.
 
 Used by ``icerouter demo``, scripts/stack.py and the tests; the streaming job
 never imports it. Names are imported lazily so ``python -m
@@ -15,10 +15,12 @@ _EXPORTS = {
     "LARGE_MESSAGE_TOPIC_CONFIG": "router.devstack.broker",
     "LocalBroker": "router.devstack.broker",
     "client_config": "router.devstack.broker",
+    "LocalObjectStore": "router.devstack.objectstore",
     "LocalPostgres": "router.devstack.catalog",
     "postgres_catalog_properties": "router.devstack.catalog",
     "sqlite_catalog_properties": "router.devstack.catalog",
     "RegistryServer": "router.devstack.registry_server",
+    "LocalSparkCluster": "router.devstack.spark_cluster",
     "LocalStack": "router.devstack.stack",
     "default_stack_dir": "router.devstack.stack",
 }

@@ -116,13 +116,17 @@ def reader_problems(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
     return json_reader_problems(reader.parsed, writer.parsed)
 
 
-def compatibility_problems(level: str, new: ParsedSchema, previous: list[ParsedSchema]) -> list[str]:
-    """Problems of ``new`` against ``previous`` (oldest first) under ``level``."""
+def compatibility_problems(level: str, new: ParsedSchema, previous: list[ParsedSchema],
+                           labels: list[str] | None = None) -> list[str]:
+    """Problems of ``new`` against ``previous`` (oldest first) under ``level``.
+
+    ``labels`` name the versions in messages (default: their position)."""
     directions, transitive = LEVELS[level]
     targets = previous if transitive else previous[-1:]
     problems: list[str] = []
     for index, old in enumerate(targets):
-        label = f"version #{len(previous) - len(targets) + index + 1}"
+        position = len(previous) - len(targets) + index
+        label = labels[position] if labels else f"version #{position + 1}"
         if "backward" in directions:
             problems += [f"{label} (BACKWARD): {p}" for p in reader_problems(new, old)]
         if "forward" in directions:

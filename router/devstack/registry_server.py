@@ -6,7 +6,7 @@ dev stack serves this one (stdlib ``ThreadingHTTPServer``). Rules live in
 TLS and HTTP basic auth. Run it standalone with::
 
     python -m router.devstack.registry_server --port 8081 --data-file reg.json \
-        [--tls-cert cert.pem --tls-key key.pem] [--basic-auth user:pass]
+        [--tls-cert cert.pem --tls-key key.pem] [--basic-auth user:pass] [--strict]
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ def _flag(query: dict, name: str) -> bool:
     return query.get(name, ["false"])[-1].lower() == "true"
 
 
+#: Confluent's "against every version the level asks for" endpoint. Several registries
+#: serve only the per-version one: ``strict`` mode leaves it out (404) to behave like them.
+VERSIONLESS_COMPATIBILITY = "POST "
+
 #: (method, path regex, handler(store, match, query, body) -> JSON value).
 ROUTES = [
     ("GET", r"/subjects", lambda st, m, q, b: st.subjects(_flag(q, "deleted"))),
@@ -67,7 +71,7 @@ ROUTES = [
     ("GET", rf"/schemas/guids/{_ID}", lambda st, m, q, b: st.schema_by_guid(m["id"])),
     ("POST", rf"/compatibility/subjects/{_S}/versions/{_V}",
      lambda st, m, q, b: st.test_compatibility(m["subject"], m["version"], b, _flag(q, "verbose"))),
-    ("POST", rf"/compatibility/subjects/{_S}/versions",
+    (VERSIONLESS_COMPATIBILITY, rf"/compatibility/subjects/{_S}/versions",
      lambda st, m, q, b: st.test_compatibility(m["subject"], None, b, _flag(q, "verbose"))),
     ("GET", r"/config", lambda st, m, q, b: st.get_config(None)),
     ("PUT", r"/config", lambda st, m, q, b: st.set_config(None, b)),
@@ -79,7 +83,8 @@ ROUTES = [
     ("GET", rf"/mode/{_S}", lambda st, m, q, b: {"mode": "READWRITE"}),
     ("GET", r"/", lambda st, m, q, b: {}),
 ]
-_COMPILED = [(method, re.compile(pattern + r"/?\Z"), fn) for method, pattern, fn in ROUTES]
+_COMPILED = [(method.strip(), re.compile(pattern + r"/?\Z"), fn, method == VERSIONLESS_COMPATIBILITY)
+             for method, pattern, fn in ROUTES]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -129,9 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(400, {"error_code": 400, "message": "Unrecognized request body: not JSON"})
                 return
         allowed = False
-        for route_method, pattern, fn in _COMPILED:
+        for route_method, pattern, fn, extended in _COMPILED:
             match = pattern.match(path)
-            if not match:
+            if not match or (extended and self.server.strict):  # type: ignore[attr-defined]
                 continue
             allowed = True
             if route_method != method:
@@ -182,8 +187,9 @@ class RegistryServer:
     """The registry on ``host:port`` (0 picks a free port) in a background thread."""
 
     def __init__(self, port: int = 0, data_file: str | None = None, tls_cert: str | None = None,
-                 tls_key: str | None = None, basic_auth: str | None = None, host: str = "127.0.0.1") -> None:
-        self.host, self.port, self.data_file = host, port, data_file
+                 tls_key: str | None = None, basic_auth: str | None = None, host: str = "127.0.0.1",
+                 strict: bool = False) -> None:
+        self.host, self.port, self.data_file, self.strict = host, port, data_file, strict
         self.tls_cert, self.tls_key = tls_cert, tls_key
         self._basic_auth = basic_auth
         self._httpd: _Server | None = None
@@ -200,6 +206,7 @@ class RegistryServer:
         httpd = _Server((self.host, self.port), _Handler)
         httpd.store = RegistryStore(self.data_file)  # type: ignore[attr-defined]
         httpd.auth_header = None  # type: ignore[attr-defined]
+        httpd.strict = self.strict  # type: ignore[attr-defined]
         if self._basic_auth:
             token = base64.b64encode(self._basic_auth.encode()).decode()
             httpd.auth_header = f"Basic {token}"  # type: ignore[attr-defined]
@@ -233,7 +240,8 @@ class RegistryServer:
         auth = None
         if self._basic_auth:
             auth = self._basic_auth.split(":", 1)[0] + ":***"
-        return f"RegistryServer(url={self.url!r}, data_file={self.data_file!r}, basic_auth={auth!r})"
+        return (f"RegistryServer(url={self.url!r}, data_file={self.data_file!r}, basic_auth={auth!r}, "
+                f"strict={self.strict})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,13 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     parser.add_argument("--basic-auth", metavar="USER:PASS")
+    parser.add_argument("--strict", action="store_true",
+                        help="serve only the per-version compatibility endpoint, like several registries do")
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     if args.basic_auth and ":" not in args.basic_auth:
         parser.error("--basic-auth takes USER:PASS")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = RegistryServer(args.port, args.data_file, args.tls_cert, args.tls_key, args.basic_auth, args.host)
+    server = RegistryServer(args.port, args.data_file, args.tls_cert, args.tls_key, args.basic_auth, args.host,
+                            args.strict)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())

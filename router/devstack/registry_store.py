@@ -292,11 +292,12 @@ class RegistryStore:
             else:
                 if subject not in self.state.subjects:
                     raise subject_not_found(subject)
+                # one version only, whatever the level (as Confluent's server does): a client
+                # checking a *_TRANSITIVE level asks once per version
                 target = self._version(subject, version)
                 previous = [self._parsed(target.id)]
-                if LEVELS[level][1]:  # transitive: every live version up to the target
-                    previous = [self._parsed(v.id) for v in self._versions(subject) if v.version <= target.version]
-            problems = compatibility_problems(level, parsed, previous) if previous else []
+            labels = None if version is None else [f"version #{target.version}"]
+            problems = compatibility_problems(level, parsed, previous, labels) if previous else []
         result: dict = {"is_compatible": not problems}
         if verbose:
             result["messages"] = problems

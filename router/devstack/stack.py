@@ -1,33 +1,39 @@
-"""The whole local stack: broker + registry emulator + SQLite catalog (+ PostgreSQL).
+"""The whole local stack: broker + registry emulator + SQLite catalog (+ PostgreSQL, + S3 / REST catalog).
 
 ``LocalStack.start()`` launches every service as its own process session and
 writes ``state.json`` (pids, process start times, ports, urls) in the stack
 dir, so another process (``scripts/stack.py stop``) can find and stop exactly
 those processes. A pid is only signalled while its start time still matches,
-so a recycled pid is never touched.
+so a recycled pid is never touched. Secrets (the S3 secret key) are kept in
+files only the owner can read and masked in ``status()``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from router.config import mask_secrets
 from router.devstack._proc import die_with_parent, free_port, pid_alive, port_open, stop_pid, wait_until
 from router.devstack.broker import LocalBroker, client_config
 from router.devstack.catalog import LocalPostgres, postgres_catalog_properties, sqlite_catalog_properties
 from router.devstack.exceptions import ServiceStartError, StackStateError
+from router.devstack.objectstore import LocalObjectStore
 
 STATE_FILE = "state.json"
 DEFAULT_STACK_DIR = os.path.join(".icerouter", "stack")
 #: Signal used to stop each service (PostgreSQL: SIGINT is its fast shutdown).
-STOP_SIGNALS = {"kafka": 15, "registry": 15, "postgres": 2}
+STOP_SIGNALS = {"kafka": 15, "registry": 15, "postgres": 2, "s3": 15}
 #: Seconds before SIGKILL (the broker rewrites its whole snapshot on shutdown).
-STOP_GRACE = {"kafka": 60.0, "registry": 10.0, "postgres": 30.0}
+STOP_GRACE = {"kafka": 60.0, "registry": 10.0, "postgres": 30.0, "s3": 15.0}
+#: The S3 secret key of the stack's object store (mode 0600, reused across restarts).
+S3_SECRET_FILE = "s3.secret"
 
 
 def default_stack_dir() -> str:
@@ -65,7 +71,8 @@ class StackState:
     def save(self) -> None:
         path = os.path.join(self.stack_dir, STATE_FILE)
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # catalogs hold credentials
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(asdict(self), fh, indent=1, sort_keys=True)
         os.replace(tmp, path)
 
@@ -87,12 +94,14 @@ class LocalStack:
     """Broker, registry subprocess, SQLite catalog and optional PostgreSQL under one dir."""
 
     def __init__(self, stack_dir: str | None = None, with_postgres: bool = False,
-                 registry_port: int = 0, broker_port: int = 0, tied_to_parent: bool = False) -> None:
+                 registry_port: int = 0, broker_port: int = 0, tied_to_parent: bool = False,
+                 with_s3: bool = False) -> None:
         """``tied_to_parent``: services die with this process (in-process use such as a demo);
         leave it False for a stack that outlives its starter (scripts/stack.py)."""
         self.stack_dir = os.path.abspath(stack_dir or default_stack_dir())
         self.tied_to_parent = tied_to_parent
         self.with_postgres = with_postgres
+        self.with_s3 = with_s3
         self.registry_port = registry_port
         self.broker_port = broker_port
         self.state = StackState(self.stack_dir)
@@ -127,6 +136,8 @@ class LocalStack:
             self._ensure("registry", self._start_registry)
             if self.with_postgres:
                 self._ensure("postgres", self._start_postgres)
+            if self.with_s3:
+                self._ensure("s3", self._start_s3)
             self.state.catalogs["sqlite"] = sqlite_catalog_properties(os.path.join(self.stack_dir, "sqlite"))
         except BaseException:
             self.stop()
@@ -175,6 +186,22 @@ class LocalStack:
             uri, os.path.join(self.stack_dir, "postgres-warehouse"))
         return ServiceState("postgres", pg.pid, process_start_time(pg.pid), pg.port, uri)
 
+    def _start_s3(self) -> ServiceState:
+        store = LocalObjectStore(os.path.join(self.stack_dir, "objectstore"), secret_key=self._s3_secret(),
+                                 tied_to_parent=self.tied_to_parent)
+        endpoint = store.start()
+        self.state.catalogs["rest"] = store.rest_catalog_properties()
+        return ServiceState("s3", store.pid, process_start_time(store.pid), store.ports["s3.port"], endpoint)
+
+    def _s3_secret(self) -> str:
+        path = os.path.join(self.stack_dir, S3_SECRET_FILE)
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(secrets.token_hex(16))
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+
     def stop(self) -> dict[str, bool]:
         """Stop every recorded service (only if it is still the process we started)."""
         if not self.state.services:
@@ -201,7 +228,7 @@ class LocalStack:
             "services": {name: {"pid": s.pid, "url": s.url, "port": s.port, "alive": s.alive(),
                                 "listening": port_open("127.0.0.1", s.port)}
                          for name, s in state.services.items()},
-            "catalogs": state.catalogs,
+            "catalogs": {name: mask_secrets(props) for name, props in state.catalogs.items()},
         }
 
     def __enter__(self) -> LocalStack:

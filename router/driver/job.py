@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -75,6 +77,16 @@ def source_options(config: RouterConfig) -> KafkaSourceOptions:
     )
 
 
+def quarantine_path(job: str) -> str:
+    """Where the driver hands its quarantine set to the source's planner, a process on the same host.
+
+    The set lives as long as the driver process (a restart clears it), so a private temporary
+    file fits; a path derived from the checkpoint would break when the checkpoint is a URI.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
+    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.quarantine.json")
+
+
 def prepare_catalog(config: RouterConfig) -> None:
     """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
     once on the driver, so the first tasks never race to do it."""
@@ -109,7 +121,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     prepare_catalog(config)
     resume = start_positions(config, options).to_json()
     fused = config.job.fused_read and not jvm_kafka_available(spark)
-    quarantine_file = f"{config.job.checkpoint.rstrip('/')}.quarantine.json" if fused else None
+    quarantine_file = quarantine_path(config.job.name) if fused else None
     if quarantine_file:
         write_quarantine(quarantine_file, [])  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,

@@ -74,7 +74,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     """Pure over the catalog's current state: see the module docstring."""
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
-    job, starting = config.job.name, config.kafka.starting_offsets
+    starting = config.kafka.starting_offsets
     cache: dict[str, dict | None] = {}
     dynamic = any(p != "topic" for r in routing.routes for p in r.placeholders)
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []

@@ -8,7 +8,8 @@ so the executors commit them directly. The commit is idempotent: after a
 conflict we refresh and re-plan, and a plan that is already applied is a no-op.
 The data append itself stays on the driver.
 
-Decision per (table, writer schema), from the policy outcome of its violations
+Decision per (table, writer schema), taken by ``router.decisions`` (the same
+function `plan` and `check` use), from the policy outcome of its violations
 (worst wins): write, discard_value (drop the offending top-level columns),
 discard_row (drop the records), dlq (dead-letter the records) and freeze (the
 table is failed for this batch: its records are dead-lettered with the reason,
@@ -17,7 +18,6 @@ so nothing is lost and the other tables are not held up).
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -26,27 +26,17 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.schema import Schema
 
 from evolution.apply import apply_plan
-from evolution.avro import avro_field_aliases
 from evolution.changes import MappedSchema
 from evolution.exceptions import ApplyError
 from evolution.plan import plan_evolution
-from evolution.policy import EvolutionPolicy, Mode
+from evolution.policy import EvolutionPolicy
 from router.catalog import backoff, create_table, load_table
 from router.config import CatalogConfig, TablesConfig
+from router.decisions import SchemaDecision, decide_schema
 
 log = logging.getLogger("icerouter.evolve")
 
-SEVERITY = {Mode.DISCARD_VALUE: 1, Mode.DISCARD_ROW: 2, Mode.DLQ: 3, Mode.FREEZE: 4}
-ACTIONS = {None: "write", Mode.DISCARD_VALUE: "write", Mode.DISCARD_ROW: "drop", Mode.DLQ: "dlq",
-           Mode.FREEZE: "fail"}
 SCHEMA_COMMIT_ATTEMPTS = 8
-
-
-@dataclass
-class SchemaDecision:
-    action: str  # write | drop | dlq | fail
-    reason: str = ""
-    drop_columns: tuple[str, ...] = ()
 
 
 @dataclass
@@ -54,20 +44,6 @@ class TableDecision:
     table: Any  # pyiceberg Table, None when nothing is written
     per_schema: dict[int, SchemaDecision] = field(default_factory=dict)
     changes: list[str] = field(default_factory=list)
-
-
-def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, policy: EvolutionPolicy,
-                  case_sensitive: bool, table: str) -> SchemaDecision:
-    """Pure: what happens to records of one writer schema headed for one table."""
-    plan = plan_evolution(current, [incoming], policy, case_sensitive=case_sensitive, table=table)
-    worst = None
-    for v in plan.violations:
-        if v.outcome in SEVERITY and (worst is None or SEVERITY[v.outcome] > SEVERITY[worst]):
-            worst = v.outcome
-    reasons = "; ".join(f"{'.'.join(v.path) or table}: {v.kind}: {v.reason}" for v in plan.violations)
-    drop = tuple(dict.fromkeys(v.path[0] for v in plan.violations
-                               if v.outcome is Mode.DISCARD_VALUE and v.path))
-    return SchemaDecision(ACTIONS[worst], reasons, drop)
 
 
 def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
@@ -125,15 +101,3 @@ def _without(schema: Schema | MappedSchema, columns: Sequence[str]) -> Schema | 
         return MappedSchema(_without(schema.schema, columns), aliases, schema.source)
     keep = [f for f in schema.fields if f.name not in columns]
     return Schema(*keep, schema_id=schema.schema_id)
-
-
-@functools.lru_cache(maxsize=1024)
-def _aliases(schema_str: str) -> dict:
-    return avro_field_aliases(schema_str)
-
-
-def with_aliases(schema: Schema, schema_type: str, schema_str: str) -> Schema | MappedSchema:
-    """Attach the writer schema's Avro aliases so a renamed field keeps its column (and field id)."""
-    if schema_type.upper() != "AVRO" or "aliases" not in schema_str:
-        return schema
-    return MappedSchema(schema, _aliases(schema_str))

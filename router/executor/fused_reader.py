@@ -9,9 +9,9 @@ same ranges) while the payloads never leave Python: each task reads its packed
 offset ranges, runs the executor write path (route, decode, evolve, write) and
 yields the small per-table descriptors that the driver commits.
 
-The quarantine set is handed to tasks through a small JSON file next to the
-checkpoint, read when the batch is planned. The driver half (registering the
-source, the redirect pass) is router/driver/fused_stream.py.
+The quarantine set is handed to tasks through a small JSON file in the driver's
+temporary directory, read when the batch is planned (driver side, same host). The
+driver half (registering the source, the redirect pass) is router/driver/fused_stream.py.
 """
 
 from __future__ import annotations

@@ -22,19 +22,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
 from router import progress
 from router.catalog import load_table
+from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, table_view
 from router.descriptors import DispatchContext, TableResult
 from router.exceptions import RouteError, is_transient
 from router.executor.align import align_table
 from router.executor.dead_letters import DeadLetter, write_dead_letters
-from router.executor.evolve import evolve_table, with_aliases
+from router.executor.evolve import evolve_table
 from router.routing import CompiledRoute
 from router.routing.columns import field_column, header_values
 
@@ -80,25 +79,19 @@ def schema_id_headers(headers) -> list | None:
     return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
 
 
-KAFKA_METADATA = (("_kafka_topic", "topic", StringType()), ("_kafka_partition", "partition", IntegerType()),
-                  ("_kafka_offset", "offset", LongType()), ("_kafka_timestamp", "timestamp", TimestamptzType()))
+def with_kafka_metadata(batch, source: pa.Table, rows: pa.Array) -> pa.Table:
+    """Append the record's Kafka coordinates, so every row can be traced to (topic, partition, offset).
 
-
-def with_kafka_metadata(batch, schema, source: pa.Table, rows: pa.Array):
-    """Append the record's Kafka coordinates, so every row can be traced to (topic, partition, offset)."""
+    The matching schema comes from ``router.decisions.table_view``."""
     picked = source.select([c for _, c, _ in KAFKA_METADATA]).take(rows)
     names = list(batch.schema.names)
     arrays = [batch.column(i) for i in range(batch.num_columns)]
-    fields = list(schema.fields)
-    next_id = schema.highest_field_id
-    for name, column, itype in KAFKA_METADATA:
+    for name, column, _ in KAFKA_METADATA:
         if name in names:
             continue
-        next_id += 1
         names.append(name)
         arrays.append(picked.column(column).combine_chunks())
-        fields.append(NestedField(next_id, name, itype, required=False))
-    return pa.Table.from_arrays(arrays, names=names), Schema(*fields, schema_id=schema.schema_id)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 class PartitionWriter:
@@ -242,15 +235,13 @@ class PartitionWriter:
             self.dead_letter(rows, "quarantined", f"table {table_id} is quarantined", table=table_id,
                              route=route.name, schema_id=group.schema_id)
             return
-        schema = group.artifacts.iceberg_schema
+        art, metadata = group.artifacts, self.ctx.tables.metadata_columns
         if route.columns is not None:
-            keep = [c for c in route.columns if c in batch.schema.names]
-            batch = batch.select(keep)
-            schema = schema.select(*keep)
-        if self.ctx.tables.metadata_columns:
-            batch, schema = with_kafka_metadata(batch, schema, self.source, rows)
-        art = group.artifacts
-        schema = with_aliases(schema, art.schema_type, art.schema_str)
+            batch = batch.select(projected_names(art.iceberg_schema, route.columns))
+        if metadata:
+            batch = with_kafka_metadata(batch, self.source, rows)
+        schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
+                            schema_type=art.schema_type, schema_str=art.schema_str)
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
     def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
@@ -282,7 +273,7 @@ class PartitionWriter:
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         ctx = self.ctx
         route = items[0].route
-        policy = ctx.policies.resolve(items[0].topic, route.evolution)
+        policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
         incoming = {}
         for item in items:
             incoming.setdefault(item.schema_id, item.iceberg_schema)

@@ -1,12 +1,21 @@
-"""Snapshot expiry with file clean-up, and orphan file removal (local warehouses)."""
+"""Snapshot expiry with file clean-up, and orphan file removal (local disk or object storage).
+
+Orphans are found by listing the table's data and metadata prefixes through the
+table's own FileIO filesystem (pyarrow: local, S3, GCS, ADLS...), so an object
+store is listed and its objects deleted, never a local mirror of it.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlparse
+
+from pyarrow.fs import FileSelector
 
 from router.catalog import expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
@@ -53,12 +62,37 @@ def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool =
 
 # ----------------------------------------------------------------------------- orphans
 
+#: Schemes naming the same object store (Hadoop's s3a / s3n are S3).
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
 def _local_path(location: str) -> str:
     parsed = urlparse(location)
     if parsed.scheme not in LOCAL_SCHEMES:
-        raise UnsupportedLocation(f"orphan removal supports local warehouses only, not {parsed.scheme}://",
-                                  location=location)
+        raise UnsupportedLocation(f"not a local path: {parsed.scheme}://", location=location)
     return os.path.normpath(parsed.path if parsed.scheme else location)
+
+
+def _is_local(location: str) -> bool:
+    return urlparse(location).scheme in LOCAL_SCHEMES
+
+
+def _object_key(location: str) -> tuple[str, str]:
+    """(scheme, "bucket/normalised/key") of an object-store URI, spelling differences removed."""
+    parsed = urlparse(location)
+    scheme = SCHEME_ALIASES.get(parsed.scheme, parsed.scheme)
+    return scheme, f"{parsed.netloc}{posixpath.normpath('/' + parsed.path.lstrip('/'))}"
+
+
+def _filesystem(table, location: str):
+    """The pyarrow filesystem the table's FileIO uses for ``location`` (credentials included)."""
+    io = table.io
+    fs_by_scheme = getattr(io, "fs_by_scheme", None)
+    if fs_by_scheme is None or not hasattr(io, "parse_location"):
+        raise UnsupportedLocation(f"orphan removal needs pyiceberg's PyArrowFileIO, not {type(io).__name__}",
+                                  location=location)
+    scheme, netloc, _ = io.parse_location(location, io.properties)
+    return fs_by_scheme(scheme, netloc)
 
 
 def referenced_files(table) -> set[str]:
@@ -80,24 +114,42 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def remove_orphans(table, older_than_seconds: float, dry_run: bool = False) -> list[str]:
+def remove_orphans(table, older_than_seconds: float, dry_run: bool = False,
+                   clock: Callable[[], float] = time.time) -> list[str]:
     """Delete (or list) files under the data and metadata paths that no metadata references.
 
-    Files are matched by inode, not by path spelling (symlinks, `..`, URI forms); if a live data
-    file cannot be found that way, nothing is deleted.
+    Only files older than ``older_than_seconds`` count (a concurrent writer's new files are not
+    orphans yet). If a live data file cannot be found, nothing is deleted: the listing or the
+    location mapping is wrong, and deleting on that basis could destroy the table.
     """
     table.refresh()
     provider = table.location_provider()
-    roots = sorted({_local_path(provider.data_path), _local_path(provider.metadata_path)})
-    referenced = {_identity(_local_path(p)) for p in referenced_files(table)}
-    live = [task.file.file_path for task in table.scan().plan_files()] if table.current_snapshot() else []
-    lost = [p for p in live if _identity(_local_path(p)) is None]
+    roots = sorted({provider.data_path, provider.metadata_path})
+    if all(_is_local(root) for root in roots):
+        return _remove_local_orphans(table, roots, clock() - older_than_seconds, dry_run)
+    if any(_is_local(root) for root in roots):
+        remote = next(root for root in roots if not _is_local(root))
+        raise UnsupportedLocation(f"data and metadata paths are on different file systems ({remote})",
+                                  location=remote)
+    return _remove_object_orphans(table, roots, clock() - older_than_seconds, dry_run)
+
+
+def _live_files(table) -> list[str]:
+    return [task.file.file_path for task in table.scan().plan_files()] if table.current_snapshot() else []
+
+
+def _refuse_if_lost(table, lost: list[str]) -> None:
     if lost:
-        raise MaintenanceError("live data files not found on disk; not removing orphans", table=_name(table),
-                               missing=lost[0], count=len(lost))
-    cutoff = time.time() - older_than_seconds
+        raise MaintenanceError("live data files not found in the warehouse; not removing orphans",
+                               table=_name(table), missing=lost[0], count=len(lost))
+
+
+def _remove_local_orphans(table, roots: list[str], cutoff: float, dry_run: bool) -> list[str]:
+    """Local disk: files are matched by inode, not by path spelling (symlinks, `..`, URI forms)."""
+    referenced = {_identity(_local_path(p)) for p in referenced_files(table)}
+    _refuse_if_lost(table, [p for p in _live_files(table) if _identity(_local_path(p)) is None])
     orphans = []
-    for root in roots:
+    for root in sorted({_local_path(r) for r in roots}):
         for directory, _, names in os.walk(root):
             for path in (os.path.join(directory, name) for name in names):
                 try:
@@ -115,12 +167,50 @@ def remove_orphans(table, older_than_seconds: float, dry_run: bool = False) -> l
     return sorted(orphans)
 
 
-def metadata_file_count(table) -> int:
-    """Files under the metadata path (local warehouses), else metadata.json versions known."""
+def _list_objects(table, roots: list[str]) -> dict[tuple[str, str], float]:
+    """(scheme, key) -> modification time of every object under the roots, through the table's FileIO."""
+    objects: dict[tuple[str, str], float] = {}
+    for root in roots:
+        scheme, key = _object_key(root)
+        infos = _filesystem(table, root).get_file_info(FileSelector(key, recursive=True, allow_not_found=True))
+        for info in infos:
+            if info.is_file:
+                objects[(scheme, posixpath.normpath("/" + info.path)[1:])] = (
+                    info.mtime.timestamp() if info.mtime is not None else float("inf"))
+    return objects
+
+
+def _remove_object_orphans(table, roots: list[str], cutoff: float, dry_run: bool) -> list[str]:
+    """Object storage: list the prefixes, compare normalised keys, delete through the FileIO."""
+    listed = _list_objects(table, roots)
+    referenced = {_object_key(p) for p in referenced_files(table)}
+    _refuse_if_lost(table, [p for p in _live_files(table) if _object_key(p) not in listed
+                            and not _exists(table, p)])
+    orphans = sorted(f"{scheme}://{key}" for (scheme, key), mtime in listed.items()
+                     if mtime < cutoff and (scheme, key) not in referenced)
+    if not dry_run:
+        for uri in orphans:
+            try:
+                table.io.delete(uri)
+            except FileNotFoundError:
+                pass
+    return orphans
+
+
+def _exists(table, location: str) -> bool:
+    """For live files outside the listed prefixes (e.g. written before `write.data.path` changed)."""
     try:
-        root = _local_path(table.location_provider().metadata_path)
+        return table.io.new_input(location).exists()
+    except OSError:
+        return False
+
+
+def metadata_file_count(table) -> int:
+    """Files under the table's metadata path (listed through its FileIO)."""
+    root = table.location_provider().metadata_path
+    if _is_local(root):
+        return sum(len(names) for _, _, names in os.walk(_local_path(root)))
+    try:
+        return len(_list_objects(table, [root]))
     except UnsupportedLocation:
         return len(table.metadata.metadata_log) + 1
-    return sum(len(names) for _, _, names in os.walk(root))
-
-

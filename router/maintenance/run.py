@@ -47,9 +47,12 @@ def _data_stats(table) -> tuple[int, int]:
     return int(summary.get("total-data-files") or 0), int(summary.get("total-files-size") or 0)
 
 
-def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False,
-                   orphans: bool = True) -> MaintenanceReport:
-    """expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run)."""
+def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orphans: bool = True,
+                   clock: Callable[[], float] = time.time) -> MaintenanceReport:
+    """expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run).
+
+    ``clock`` dates the orphan cut-off (object stores keep the server's write time, which
+    cannot be back-dated, so tests move the clock instead)."""
     started = time.perf_counter()
     report = MaintenanceReport(_name(table), dry_run)
     report.files_before, report.bytes_before = _data_stats(table)
@@ -70,7 +73,7 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False,
             report.expired_snapshots += expire(table.refresh(), retain, age).expired
     if orphans:
         try:
-            report.orphans = remove_orphans(table, config.orphan_min_age_seconds, dry_run=dry_run)
+            report.orphans = remove_orphans(table, config.orphan_min_age_seconds, dry_run=dry_run, clock=clock)
         except UnsupportedLocation as exc:
             report.notes.append(exc.message)
     table.refresh()

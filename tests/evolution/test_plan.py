@@ -39,7 +39,7 @@ class Case:
     incoming: list
     changes: list[str] = dfield(default_factory=list)
     violations: list[tuple[str, str, str]] = dfield(default_factory=list)
-    policy: dict = dfield(default_factory=dict)
+    policy: dict | str = dfield(default_factory=dict)
     notes: int = 0
     case_sensitive: bool = True
 
@@ -114,8 +114,8 @@ CASES = [
          violations=[("n", "type_change", "dlq")]),
     # ---- case sensitivity -----------------------------------------------------------------
     Case("case-insensitive-match", BASE, [rec(("ID", "long"), ("Name", "string"))], case_sensitive=False),
-    Case("case-sensitive-new-columns", BASE, [rec(("id", "long"), ("name", "string"), ("Name", opt("string")))],
-         ["+ Name: optional string"]),
+    Case("case-sensitive-twin-column", BASE, [rec(("id", "long"), ("name", "string"), ("Name", opt("string")))],
+         violations=[("Name", "case_conflict", "dlq")]),
     # ---- JSON Schema incoming ----------------------------------------------------------
     Case("json-add-column", js({"id": {"type": "integer"}, "name": {"type": "string"}}, ("id", "name")),
          [js({"id": {"type": "integer"}, "name": {"type": "string"},
@@ -167,6 +167,17 @@ CASES = [
          violations=[("id", "widen", "dlq")], policy={"new_column": "dlq"}),
     Case("missing-required-discard-value-means-row", BASE, [rec(("id", "long"))],
          violations=[("name", "missing_required", "discard_row")], policy={"new_column": "discard_value"}),
+    # ---- names that differ only by case -----------------------------------
+    Case("case-twin-refused", rec(("UserId", "long")), [rec(("UserId", "long"), ("userid", opt("long")))],
+         violations=[("userid", "case_conflict", "dlq")]),
+    Case("case-twin-frozen", rec(("UserId", "long")), [rec(("userid", "long"))],
+         violations=[("userid", "case_conflict", "freeze"), ("UserId", "missing_required", "freeze")],
+         policy="freeze"),
+    Case("case-twin-nested", rec(("a", rec(("Zip", "string"), name="A"))),
+         [rec(("a", rec(("Zip", "string"), ("ZIP", opt("string")), name="A")))],
+         violations=[("a.ZIP", "case_conflict", "dlq")]),
+    Case("case-twin-insensitive-maps-onto-column", rec(("UserId", "int")), [rec(("userid", "long"))],
+         changes=["~ UserId: int -> long"], case_sensitive=False),
     Case("new-column-discard-value", BASE, [rec(("id", "long"), ("name", "string"), ("x", opt("int")))],
          violations=[("x", "new_column", "discard_value")], policy={"new_column": "discard_value"}),
 ]
@@ -301,3 +312,10 @@ def test_case_insensitive_paths_use_table_casing() -> None:
     plan = plan_evolution(current, [mapped(rec(("id", "long"), ("addr", ADDR_ZIP)))], case_sensitive=False)
     assert [c.describe() for c in plan.changes] == ["~ Id: int -> long", "+ Addr.zip: optional string"]
     assert [f.name for f in plan.target.fields] == ["Id", "Addr"]
+
+
+def test_case_twins_in_one_new_schema_are_refused() -> None:
+    plan = plan_evolution(None, [mapped(rec(("UserId", "long"), ("userid", "long")))])
+    assert [(v.path, v.kind, v.outcome) for v in plan.violations] == [(("userid",), "case_conflict", Mode.DLQ)]
+    assert "only by case" in plan.violations[0].reason and plan.blocked
+    assert [f.name for f in plan.target.fields] == ["UserId"]

@@ -183,3 +183,42 @@ def test_concurrent_decoding_fetches_each_schema_once(local_registry):
         for g in res.groups:
             assert g.batch.column("a").to_pylist() == g.indices.tolist()
     assert local_registry.state.requests - before == 4     # one GET per schema id
+
+
+def _avro(*fields: tuple[str, str]) -> str:
+    return json.dumps({"type": "record", "name": "C", "fields": [{"name": n, "type": t} for n, t in fields]})
+
+
+def test_compatibility_uses_the_per_version_endpoint_at_the_subject_level(registry_api_url):
+    reg = CachedRegistry(_config(registry_api_url))
+    subject = f"compat-{uuid.uuid4().hex[:8]}-value"
+    assert reg.compatibility(subject, _avro(("a", "int"))).verdict == "new"
+    reg.client.set_compatibility(subject, "NONE")
+    reg.client.register_schema(subject, Schema(_avro(("a", "int")), "AVRO"))
+    reg.client.register_schema(subject, Schema(_avro(("a", "string")), "AVRO"))
+    reg.client.set_compatibility(subject, "BACKWARD")
+    back_to_int = _avro(("a", "int"))  # fine for v1, refused by v2 (string -> int)
+    latest = reg.compatibility(subject, _avro(("a", "string"), ("b", "long")))
+    assert (latest.verdict, latest.level, latest.versions) == ("incompatible", "BACKWARD", (1, 2))
+    assert latest.messages and all(m.startswith("version 2: ") for m in latest.messages)
+    # v2 alone accepts a string field: compatible at BACKWARD, refused by v1 at BACKWARD_TRANSITIVE
+    assert reg.compatibility(subject, _avro(("a", "string"))).verdict == "compatible"
+    reg.client.set_compatibility(subject, "BACKWARD_TRANSITIVE")
+    transitive = reg.compatibility(subject, _avro(("a", "string")))
+    assert (transitive.verdict, transitive.level) == ("incompatible", "BACKWARD_TRANSITIVE")
+    assert [m.split(":")[0] for m in transitive.messages] == ["version 1"]
+    assert reg.compatibility(subject, back_to_int).verdict == "incompatible"
+    # no subject-level config: the global level applies
+    other = f"compat-{uuid.uuid4().hex[:8]}-value"
+    reg.client.register_schema(other, Schema(_avro(("a", "int")), "AVRO"))
+    assert reg.compatibility(other, _avro(("a", "int"))).level == reg.client.get_compatibility()
+    invalid = reg.compatibility(other, '{"type": "record", "name": "X", "fields": [{"name": "a"}]}')
+    assert invalid.verdict == "invalid" and invalid.messages
+
+
+def test_compatibility_when_the_registry_is_down_is_unavailable_with_its_url():
+    reg = CachedRegistry(_config("http://user:s3cret@127.0.0.1:9", retry_attempts=2))
+    with pytest.raises(RegistryUnavailable) as err:
+        reg.compatibility("orders-value", _avro(("a", "int")))
+    assert err.value.transient and err.value.url == "http://user:***@127.0.0.1:9"
+    assert "s3cret" not in str(err.value)

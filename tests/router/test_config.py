@@ -8,6 +8,7 @@ import pytest
 
 from router.config import load_config, parse_config
 from router.exceptions import ConfigError
+from router.masking import mask_url
 
 BASE = {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["a"]},
         "registry": {"url": "http://127.0.0.1:8081"}}
@@ -43,6 +44,11 @@ def test_defaults_are_sensible(tmp_path):
     (with_(job={"name": "bad name"}), "job.name"),
     (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
     (with_(extra=1), "config: unknown key 'extra'"),
+    (with_(catalog={"properties": {"type": "rest", "warehouse": "s3://w"}}), "catalog.properties.uri: required"),
+    (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.path-style-access": "yes"}}),
+     "catalog.properties.s3.path-style-access: 'yes' is not true or false"),
+    (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.endpoint": "127.0.0.1:9000"}}),
+     "catalog.properties.s3.endpoint: '127.0.0.1:9000' must start with http"),
 ])
 def test_invalid_config_is_one_clear_line(raw, message):
     with pytest.raises(ConfigError) as err:
@@ -51,10 +57,26 @@ def test_invalid_config_is_one_clear_line(raw, message):
     assert "\n" not in str(err.value)
 
 
-def test_unknown_policy_mode_is_rejected_at_load():
-    config = parse_config(with_(evolution={"default": {"new_column": "maybe"}}))
-    with pytest.raises(ConfigError, match="maybe"):
-        config.policies()
+@pytest.mark.parametrize("raw, message", [
+    (with_(evolution={"default": {"new_column": "maybe"}}), "evolution.default.new_column: unknown mode 'maybe'"),
+    (with_(evolution={"default": "bogus"}), "evolution.default: unknown mode 'bogus'"),
+    (with_(evolution={"topics": {"orders.*": {"type_change": "evolve"}}}),
+     "evolution.topics['orders.*'].type_change: mode 'evolve' is not allowed"),
+    (with_(evolution={"topics": {"(": "dlq"}}), "evolution.topics['(']: invalid topic pattern"),
+    (with_(routes=[{"table": "t"}, {"table": "u", "evolution": "bogus"}]), "routes[1].evolution: unknown mode 'bogus'"),
+    (with_(routes=[{"table": "t", "evolution": {"colour": "red"}}]), "routes[0].evolution.colour: unknown key"),
+    (with_(registry={"url": "http://r", "colour": 1}), "registry.colour: unknown key(s) 'colour'"),
+    (with_(registry={"url": "http://r", "retry_attempts": 0}), "registry.retry_attempts: must be an integer >= 1"),
+    (with_(registry={"url": "ftp://r"}), "registry.url: url must start with http:// or https://"),
+    (with_(tables={"partition_by": ["day(ts)", "weekly(ts)"]}), "tables.partition_by[1]: 'weekly(ts)' is not one of"),
+    (with_(routes=[{"table": "t", "partition_by": ["bucket(id)"]}]),
+     "routes[0].partition_by[0]: 'bucket(id)' needs a width, e.g. bucket(16, id)"),
+])
+def test_policies_registry_and_partitions_are_validated_at_load_with_their_path(raw, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
 
 
 def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
@@ -68,6 +90,27 @@ def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
     path.write_text("kafka: {bootstrap_servers: '${IR_TEST_UNSET_VAR}', topics: [a]}\nregistry: {url: x}\n")
     with pytest.raises(ConfigError, match="IR_TEST_UNSET_VAR is not set"):
         load_config(path)
+
+
+def test_the_s3_rest_example_loads_with_optional_settings_left_unset(monkeypatch):
+    """conf/s3-rest.yaml: unset optional variables (`${VAR:-}`) drop the property, so pyiceberg's
+    defaults apply (AWS default credential chain, AWS endpoints); secrets are masked."""
+    from pathlib import Path
+
+    for name in ("ICEROUTER_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ICEROUTER_CATALOG_URL", "http://127.0.0.1:8181")
+    monkeypatch.setenv("ICEROUTER_CATALOG_CREDENTIAL", "client:TOPSECRET")
+    example = Path(__file__).resolve().parents[2] / "conf" / "s3-rest.yaml"
+    props = load_config(example).catalog.properties
+    assert props["type"] == "rest" and props["uri"] == "http://127.0.0.1:8181"
+    assert not {"s3.endpoint", "s3.access-key-id", "s3.secret-access-key"} & set(props)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ALSOSECRET")
+    monkeypatch.setenv("ICEROUTER_S3_ENDPOINT", "http://127.0.0.1:8333")
+    config = load_config(example)
+    assert config.catalog.properties["s3.secret-access-key"] == "ALSOSECRET"
+    assert config.catalog.properties["s3.endpoint"] == "http://127.0.0.1:8333"
+    assert "TOPSECRET" not in repr(config) and "ALSOSECRET" not in repr(config)
 
 
 def test_yaml_errors_and_missing_file(tmp_path):
@@ -96,3 +139,14 @@ def test_config_and_errors_pickle():
     err = ConfigError("bad", table="t", topic="a")
     again = pickle.loads(pickle.dumps(err))
     assert (again.table, again.topic, str(again)) == ("t", "a", str(err))
+
+
+@pytest.mark.parametrize("url, masked", [
+    ("postgresql+psycopg2://ice:hunter2@127.0.0.1:5432/cat", "postgresql+psycopg2://ice:******@127.0.0.1:5432/cat"),
+    ("http://user:p%40ss@registry:8081", "http://user:******@registry:8081"),
+    ("https://catalog/api?token=abc&x=1", "https://catalog/api?token=******&x=1"),
+    ("sqlite:////tmp/catalog.db", "sqlite:////tmp/catalog.db"),
+    ("http://user@registry:8081/a%20b?x=a%20b", "http://user@registry:8081/a%20b?x=a%20b"),
+])
+def test_urls_are_printed_without_credentials(url, masked):
+    assert mask_url(url) == masked

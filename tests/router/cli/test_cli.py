@@ -110,3 +110,123 @@ def test_invalid_config_key_is_reported_with_its_path(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "icerouter: error: kafka: unknown key 'colour' (allowed: bootstrap_servers, client, topics, pattern, "
         "starting_offsets, max_records_per_batch)")
+
+
+def _rewrite(config, **changes):
+    cfg = yaml.safe_load(config.read_text())
+    for key, value in changes.items():
+        cfg[key] = value
+    config.write_text(yaml.safe_dump(cfg))
+    return cfg
+
+
+def test_plan_subject_with_version(setup, capsys):
+    topic, client, config, tmp = setup
+    client.register_schema(f"{topic}-value", RegistrySchema(V2, "AVRO"))
+    assert main(["plan", "--config", str(config), "--subject", f"{topic}-value:1", "--format", "json"]) == 0
+    v1_plan = json.loads(capsys.readouterr().out)["plans"][0]
+    assert v1_plan["changes"] == [c for c in v1_plan["changes"] if c["path"][0].startswith("_kafka_")]
+    assert main(["plan", "--config", str(config), "--subject", f"{topic}-value:2", "--format", "json"]) == 0
+    v2_plan = json.loads(capsys.readouterr().out)["plans"][0]
+    assert {"note", "qty"} <= {c["path"][0] for c in v2_plan["changes"]}
+    assert main(["plan", "--config", str(config), "--subject", f"{topic}-value:9"]) == 2
+    assert f"--subject {topic}-value:9: not found in the registry" in capsys.readouterr().err
+
+
+def test_plan_schema_file_follows_the_route_policy_like_check(setup):
+    topic, client, config, tmp = setup
+    _rewrite(config, routes=[{"name": "raw", "topic": topic, "table": "raw.{topic}", "evolution": "freeze"}])
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)
+    plan = icerouter("plan", "--config", str(config), "--schema-file", str(schemas / f"{topic}.avsc"),
+                     "--table", f"raw.{topic}", "--format", "json")
+    check = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "json")
+    assert (plan.returncode, check.returncode) == (1, 1), plan.stderr + check.stderr
+    planned = json.loads(plan.stdout)["plans"][0]
+    checked = json.loads(check.stdout)["results"][0]["tables"][0]["plan"]
+    assert planned["status"] == checked["status"] == "failed"
+    assert planned["policy"] == checked["policy"] and planned["policy"]["new_column"] == "freeze"
+    assert planned["violations"] == checked["violations"]
+
+
+def test_check_ignores_columns_the_route_projects_away(setup):
+    topic, client, config, tmp = setup
+    _rewrite(config, routes=[{"name": "raw", "topic": topic, "table": "raw.{topic}", "columns": ["id", "qty"]}],
+             tables={"metadata_columns": False})
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)  # adds `note`, widens qty
+    result = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["results"][0]["tables"][0]["plan"]
+    assert [c["path"] for c in plan["changes"]] == [["qty"]]  # no `note`: the table never gets it
+
+
+def test_registry_unreachable_is_could_not_decide_exit_3(setup):
+    topic, client, config, tmp = setup
+    _rewrite(config, registry={"url": "http://ci:hunter2@127.0.0.1:9", "retry_attempts": 1})
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)
+    (schemas / "other.avsc").write_text(V2)
+    result = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "junit")
+    assert result.returncode == 3
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("icerouter: error: could not reach the schema registry at http://ci:******@127.0.0.1:9")
+    assert "hunter2" not in result.stderr + result.stdout
+    suite = ET.fromstring(result.stdout).find("testsuite")
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "2")
+    plan = icerouter("plan", "--config", str(config), "--subject", f"{topic}-value")
+    assert plan.returncode == 3 and "could not reach the schema registry at http://ci:******@127.0.0.1:9" in plan.stderr
+    assert "Traceback" not in plan.stderr and "hunter2" not in plan.stderr
+
+
+def test_postgres_catalog_unreachable_is_could_not_decide_exit_3(setup, postgres_uri):
+    topic, client, config, tmp = setup
+    from sqlalchemy.engine import make_url
+
+    down = make_url(postgres_uri).set(port=9, password="s3cret-pw")
+    _rewrite(config, catalog={"name": "down", "properties": {
+        "type": "sql", "uri": down.render_as_string(hide_password=False), "warehouse": (tmp / "w2").as_uri()}})
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)
+    result = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "json")
+    assert result.returncode == 3, result.stderr
+    assert "could not reach the Iceberg catalog 'down' at postgresql" in result.stderr
+    assert ":******@" in result.stderr and "s3cret-pw" not in result.stderr + result.stdout
+    report = json.loads(result.stdout)
+    assert report["exit_code"] == 3 and report["results"][0]["compatibility"] == "compatible"
+    assert report["results"][0]["tables"][0]["verdict"] == "undecided"
+    plan = icerouter("plan", "--config", str(config), "--subject", f"{topic}-value")
+    assert plan.returncode == 3 and "could not reach the Iceberg catalog 'down'" in plan.stderr
+
+
+def test_bad_schema_files_and_table_names_are_named_in_the_message(setup):
+    topic, client, config, tmp = setup
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)
+    binary = schemas / "blob.avsc"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    check = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "junit")
+    assert check.returncode == 1, check.stderr
+    cases = ET.fromstring(check.stdout).find("testsuite").findall("testcase")
+    blob = next(c for c in cases if c.get("classname") == "blob-value")
+    assert str(binary) in blob.find("failure").text and "not UTF-8" in blob.find("failure").text
+    assert any(c.get("classname") == f"{topic}-value" and c.find("failure") is None for c in cases)
+
+    plan = icerouter("plan", "--config", str(config), "--schema-file", str(binary), "--table", f"raw.{topic}")
+    assert plan.returncode == 2 and str(binary) in plan.stderr and "not UTF-8" in plan.stderr
+    plan = icerouter("plan", "--config", str(config), "--schema-file", str(schemas / f"{topic}.avsc"),
+                     "--table", "orders")
+    assert plan.returncode == 2 and "Traceback" not in plan.stderr
+    assert plan.stderr.strip().splitlines()[-1] == (
+        "icerouter: error: --table 'orders': give the table with its namespace, e.g. raw.orders")
+
+
+def test_help_documents_exit_codes():
+    result = icerouter("check", "--help")
+    assert result.returncode == 0
+    assert "3  could not decide" in result.stdout and "1  blocked" in result.stdout

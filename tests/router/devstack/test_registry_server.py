@@ -165,11 +165,14 @@ def test_compatibility_verdicts(client, server, unique_name, level, history, can
     assert client.get_versions(subject) == list(range(1, len(history) + 1))
     client.set_compatibility(subject, level)
     assert client.get_compatibility(subject) == level
-    assert client.test_compatibility(subject, avro(candidate)) is expected
-    status, body = http(f"{server.url}/compatibility/subjects/{subject}/versions/latest?verbose=true",
-                        "POST", {"schema": candidate})
-    assert status == 200 and body["is_compatible"] is expected
-    assert bool(body["messages"]) is not expected
+    assert client.test_compatibility_all_versions(subject, avro(candidate)) is expected
+    # the per-version endpoint checks one version: a transitive level is every version, one by one
+    versions = client.get_versions(subject) if level.endswith("_TRANSITIVE") else ["latest"]
+    answers = [http(f"{server.url}/compatibility/subjects/{subject}/versions/{v}?verbose=true",
+                    "POST", {"schema": candidate}) for v in versions]
+    assert all(status == 200 for status, _ in answers)
+    assert all(body["is_compatible"] for _, body in answers) is expected
+    assert any(body["messages"] for _, body in answers) is not expected
     if expected:
         assert client.register_schema(subject, avro(candidate)) > 0
         assert len(client.get_versions(subject)) == len(history) + 1
@@ -312,3 +315,19 @@ def test_errors_pickle_and_carry_retry_hint():
     assert store.transient is True and store.error_code == 50001
     start = pickle.loads(pickle.dumps(ServiceStartError("kafka", "port taken")))
     assert start.transient is True and start.service == "kafka" and str(start) == "kafka: port taken"
+
+
+def test_strict_mode_serves_only_the_per_version_compatibility_endpoint(tmp_path, unique_name):
+    with RegistryServer(port=0, data_file=str(tmp_path / "r.json"), strict=True) as strict:
+        client = SchemaRegistryClient({"url": strict.url})
+        subject = unique_name("strict")
+        client.register_schema(subject, avro(rec(("a", "int"))))
+        client.set_compatibility(subject, "BACKWARD_TRANSITIVE")
+        status, body = http(f"{strict.url}/compatibility/subjects/{subject}/versions", "POST",
+                            {"schema": rec(("a", "string"))})
+        assert (status, body["error_code"]) == (404, 404)
+        status, body = http(f"{strict.url}/compatibility/subjects/{subject}/versions/1?verbose=true", "POST",
+                            {"schema": rec(("a", "string"))})
+        assert status == 200 and body["is_compatible"] is False
+        assert body["messages"][0].startswith("version #1 (BACKWARD): ")
+        assert "strict=True" in repr(strict)

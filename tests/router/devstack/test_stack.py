@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from router.devstack._proc import pid_alive
+from tests.duckdb_reader import read_iceberg_rows
 from router.devstack.broker import CLIENT_QUIRKS, LARGE_MESSAGE_TOPIC_CONFIG, LocalBroker, client_config
 from router.devstack.catalog import LocalPostgres, find_postgres_bindir
 from router.devstack.exceptions import ServiceMissingError
@@ -255,13 +256,27 @@ def _stack(args: list[str], stack_dir: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_stack_script_start_status_stop(world_traversable_dir):
     stack_dir = world_traversable_dir
-    extra = ["--postgres"] if _have_postgres() else []
+    extra = ["--s3", *(["--postgres"] if _have_postgres() else [])]
     started = _stack(["start", *extra], stack_dir)
     assert started.returncode == 0, started.stderr
     status = json.loads(started.stdout)
     pids = {name: svc["pid"] for name, svc in status["services"].items()}
     try:
-        assert set(pids) == {"kafka", "registry", *(["postgres"] if extra else [])}
+        assert set(pids) == {"kafka", "registry", "s3", *(["postgres"] if "--postgres" in extra else [])}
+        # the REST catalog over S3 works with the secret from the stack dir; status never shows it
+        with open(os.path.join(stack_dir, "s3.secret"), encoding="ascii") as fh:
+            secret = fh.read().strip()
+        assert secret and secret not in started.stdout
+        rest = status["catalogs"]["rest"]
+        assert rest["s3.secret-access-key"] == "******" and rest["credential"] == "******"
+        from pyiceberg.catalog import load_catalog
+
+        lake = load_catalog("stack", **{**rest, "s3.secret-access-key": secret,
+                                        "credential": f"{rest['s3.access-key-id']}:{secret}"})
+        lake.create_namespace("stack_ns")
+        table = lake.create_table("stack_ns.t", schema=pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [1, 2]}))
+        assert read_iceberg_rows(lake.load_table("stack_ns.t"), order_by="id") == [{"id": 1}, {"id": 2}]
         assert all(svc["alive"] and svc["listening"] for svc in status["services"].values())
         again = _stack(["status"], stack_dir)
         assert again.returncode == 0 and json.loads(again.stdout)["services"]["kafka"]["pid"] == pids["kafka"]

@@ -1,4 +1,5 @@
-"""The streaming job end to end: real broker, registry, catalog (SQLite and PostgreSQL), Spark.
+"""The streaming job end to end: real broker, registry, catalog (SQLite and PostgreSQL on local disk,
+REST on S3), Spark.
 
 One scenario per catalog, in three runs of the real `icerouter run` process:
 
@@ -38,7 +39,11 @@ CLICK_TOPICS = 3
 PER_TOPIC = 40
 
 
-def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_props: dict) -> Path:
+LOCAL_SPARK = {"spark.master": "local[2]", "spark.driver.memory": "1g"}
+
+
+def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_props: dict,
+            spark: dict | None = None) -> Path:
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "pattern": rf"{prefix}\..*",
                   "client": {"receive.message.max.bytes": 1_000_000_000}},
@@ -46,7 +51,7 @@ def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_p
         "catalog": {"name": "e2e", "properties": catalog_props},
         "job": {"name": f"job_{prefix}", "checkpoint": str(tmp / "checkpoint"), "trigger_seconds": 2,
                 "status_file": str(tmp / "status.json"),
-                "spark": {"spark.master": "local[2]", "spark.driver.memory": "1g"}},
+                "spark": spark or LOCAL_SPARK},
         "tables": {"allowed_namespaces": [f"{prefix}_raw", f"{prefix}_an", f"{prefix}_pay", f"{prefix}_ops"],
                    "partition_by": ["day(created_at)"]},
         "routes": [
@@ -95,21 +100,46 @@ def _read(con, table) -> list[tuple]:
                        ).fetchall()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog_props(request, tmp_path):
     if request.param == "sqlite":
         return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
                 "warehouse": (tmp_path / "warehouse").as_uri()}
+    if request.param == "rest":  # SeaweedFS: REST catalog, tables and data files in S3
+        return request.getfixturevalue("object_store").rest_catalog_properties()
     uri = request.getfixturevalue("postgres_uri")
     return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "warehouse").as_uri()}
 
 
 def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name):
+    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
+
+
+def test_job_on_a_standalone_cluster_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, object_store,
+                                                             spark_cluster, unique_name):
+    """The same scenario submitted to a master and two workers, tables in S3 behind the REST catalog:
+    source tasks, decoding and Parquet writes run in executor JVMs' Python workers, which share no
+    process, cache or local file with the driver."""
+    before = {app["id"] for app in spark_cluster.applications()}
+    settings = {**spark_cluster.spark_settings(), "spark.driver.memory": "1g"}
+    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, object_store.rest_catalog_properties(),
+                           unique_name("c"), settings)
+    apps = [app for app in spark_cluster.applications() if app["id"] not in before]
+    assert len(apps) == 3 and all(app["name"] == "icerouter" for app in apps)  # the three runs
+    # executors ran on both workers, and every run had some (a worker's work dir holds one folder per
+    # application it ran executors for; a worker still busy with the killed run may miss the next one)
+    ran = {w: set(os.listdir(os.path.join(spark_cluster.workdir, "work", str(w))))
+           for w in range(spark_cluster.workers)}
+    ids = {app["id"] for app in apps}
+    assert all(ran[w] & ids for w in ran), f"a worker ran no executor: {ran}"
+    assert ids <= set().union(*ran.values()), f"a run had no executor: {ids} vs {ran}"
+
+
+def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None):
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
 
-    prefix = unique_name("e")
-    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props)
+    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props, spark)
     orders = [f"{prefix}.orders_{i:02d}" for i in range(ORDER_TOPICS)]
     clicks = [f"{prefix}.clicks_{i}" for i in range(CLICK_TOPICS)]
     payments = f"{prefix}.payments"
@@ -164,7 +194,7 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
         ledger.produce(kafka_bootstrap, [(late, None, enc[late](data.order(i)), None) for i in range(25)],
                        tables_for)
         catalog = load_catalog("e2e", **catalog_props)
-        con = connect()
+        con = connect(catalog_props)
 
         def all_landed() -> bool:
             for name, want in ledger.expected.items():
@@ -189,7 +219,7 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
 
     # Every produced record exactly once, in every table it was routed to.
     catalog = load_catalog("e2e", **catalog_props)
-    con = connect()
+    con = connect(catalog_props)
     for name, want in ledger.expected.items():
         if name.endswith("dead_letters"):
             continue

@@ -1,9 +1,11 @@
-"""Table maintenance against real SQL catalogs (SQLite and PostgreSQL), read back twice.
+"""Table maintenance against real catalogs (SQLite and PostgreSQL on local disk, REST on S3), read back twice.
 
 Tables are built the way the job builds them: many fast appends of small
 Parquet files into a day(ts)-partitioned table, with the schema evolved half
 way (a column added, int widened to long). Every check reads the rows with
-pyiceberg AND with DuckDB's iceberg_scan, before and after.
+pyiceberg AND with DuckDB's iceberg_scan, before and after. Files are listed,
+written and deleted through a filesystem of their own (local, or pyarrow's S3
+client on the SeaweedFS endpoint), independent of the code under test.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ BASE = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
 DAYS = 3  # every batch touches three day partitions
 ROWS_PER_BATCH = 12
 MiB = 1 << 20
-OLD = time.time() - 10 * 24 * 3600
+ORPHAN_AGE = 3600
 
 
 def _schema() -> Schema:
@@ -88,30 +90,82 @@ def duck_rows(table) -> list[dict]:
 
 
 def local(uri: str) -> str:
+    """A local path for file:// URIs; object-store URIs stay as they are."""
     return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
+def _fs(location: str):
+    """(pyarrow filesystem, path) of a location, built from the test store's settings, not the table's IO."""
+    from pyarrow.fs import LocalFileSystem, S3FileSystem
+
+    if not location.startswith("s3://"):
+        return LocalFileSystem(), local(location)
+    props = _S3_PROPS[0]
+    fs = S3FileSystem(access_key=props["s3.access-key-id"], secret_key=props["s3.secret-access-key"],
+                      region=props["s3.region"], endpoint_override=props["s3.endpoint"],
+                      force_virtual_addressing=False)
+    return fs, location[len("s3://"):]
+
+
+_S3_PROPS: list[dict] = [{}]
+
+
+@pytest.fixture(autouse=True)
+def _s3_settings(request):
+    """Object-store tests list and delete through the session store's own credentials."""
+    if "catalog" in request.fixturenames and request.node.callspec.params.get("catalog") == "rest":
+        _S3_PROPS[0] = request.getfixturevalue("object_store").s3_properties()
+
+
 def files_on_disk(table) -> dict[str, float]:
-    root = local(table.location())
-    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime for d, _, fs in os.walk(root) for f in fs}
+    """Every file (object) under the table location -> modification time."""
+    from pyarrow.fs import FileSelector
+
+    fs, root = _fs(table.location())
+    prefix = "s3://" if table.location().startswith("s3://") else ""
+    return {prefix + i.path: i.mtime.timestamp() for i in fs.get_file_info(FileSelector(root, recursive=True))
+            if i.is_file}
+
+
+def exists(path: str) -> bool:
+    fs, p = _fs(path)
+    return fs.get_file_info(p).is_file
+
+
+def remove(path: str) -> None:
+    fs, p = _fs(path)
+    fs.delete_file(p)
 
 
 def live_paths(table) -> set[str]:
     return {local(t.file.file_path) for t in table.refresh().scan().plan_files()}
 
 
-def stray_file(table, name: str, old: bool) -> str:
+def stray_file(table, name: str) -> str:
     """A Parquet file in the data directory that no snapshot references (a crashed writer's)."""
-    path = os.path.join(local(table.location()), "data", name)
-    pq.write_table(pa.table({"x": [1]}), path)
-    if old:
-        os.utime(path, (OLD, OLD))
+    path = local(table.location()).rstrip("/") + "/data/" + name
+    fs, p = _fs(path)
+    with fs.open_output_stream(p) as out:
+        pq.write_table(pa.table({"x": [1]}), out)
     return path
+
+
+def stray_pair(table) -> tuple[str, str, object]:
+    """An old and a fresh orphan, and a clock under which only the old one is past the orphan age.
+
+    Object stores date objects themselves (to the second) and cannot be back-dated, so the
+    clock is moved instead: the cut-off falls between the two writes, a second from each.
+    """
+    old = stray_file(table, "orphan-old.parquet")
+    boundary = time.time() + 1.05
+    time.sleep(2.2)  # also ages every append snapshot past max_snapshot_age_seconds
+    fresh = stray_file(table, "orphan-fresh.parquet")
+    return old, fresh, lambda: boundary + ORPHAN_AGE
 
 
 def config(**overrides) -> MaintenanceConfig:
     values = dict(retain_last_snapshots=2, max_snapshot_age_seconds=1, target_file_size_bytes=MiB,
-                  orphan_min_age_seconds=3600)
+                  orphan_min_age_seconds=ORPHAN_AGE)
     return MaintenanceConfig(**{**values, **overrides})
 
 
@@ -160,11 +214,9 @@ def test_maintain_table_compacts_expires_and_removes_orphans(catalog, unique_nam
     assert len(before_rows) == 30 * ROWS_PER_BATCH and before_duck == before_rows  # both readers agree
     files_before = len(live_paths(table))
     snapshots_before = len(table.metadata.snapshots)
-    old_orphan = stray_file(table, "orphan-old.parquet", old=True)
-    fresh_orphan = stray_file(table, "orphan-fresh.parquet", old=False)
-    time.sleep(1.1)  # every append snapshot is now older than max_snapshot_age_seconds
+    old_orphan, fresh_orphan, clock = stray_pair(table)
 
-    report = maintain_table(table, config(retain_last_snapshots=1))
+    report = maintain_table(table, config(retain_last_snapshots=1), clock=clock)
 
     assert rows(table) == before_rows
     assert duck_rows(table) == before_duck
@@ -188,20 +240,21 @@ def test_maintain_table_compacts_expires_and_removes_orphans(catalog, unique_nam
     assert live <= on_disk
     assert {p for p in on_disk if p.endswith(".parquet") and "/data/" in p} == live | {fresh_orphan}
     assert {local(p) for p in reachable_files(table)} <= on_disk
-    assert report.orphans == [old_orphan] and not os.path.exists(old_orphan) and os.path.exists(fresh_orphan)
+    assert report.orphans == [old_orphan] and not exists(old_orphan) and exists(fresh_orphan)
     assert table.properties["icerouter.offsets.job"] == progress  # the job's exactly-once state survives
     # a second run finds nothing left to do
-    again = maintain_table(table, config(retain_last_snapshots=1))
+    again = maintain_table(table, config(retain_last_snapshots=1), clock=clock)
     assert again.compaction.files_added == 0 and again.orphans == [] and rows(table) == before_rows
 
 
 def test_dry_run_changes_nothing(catalog, unique_name):
     table = build_table(catalog, unique_name("dry"), batches=12)
-    old_orphan = stray_file(table, "orphan-old.parquet", old=True)
+    old_orphan = stray_file(table, "orphan-old.parquet")
     time.sleep(1.1)
     disk, location, data = files_on_disk(table), table.metadata_location, rows(table)
 
-    report = maintain_table(table, config(retain_last_snapshots=1), dry_run=True)
+    report = maintain_table(table, config(retain_last_snapshots=1), dry_run=True,
+                            clock=lambda: time.time() + ORPHAN_AGE)
 
     assert report.dry_run and report.planned_groups and report.expired_snapshots == 11
     assert sum(len(g.files) for g in report.planned_groups) == len(live_paths(table))
@@ -220,7 +273,7 @@ def test_expire_deletes_only_files_no_snapshot_still_needs(catalog, unique_name)
     assert result.expired == 5 and len(table.metadata.snapshots) == 1
     # fast appends keep every data file live: only manifest lists of expired snapshots go
     assert result.deleted_files and all(local(p).rsplit("/", 1)[1].startswith("snap-") for p in result.deleted_files)
-    assert not any(os.path.exists(local(p)) for p in result.deleted_files)
+    assert not any(exists(local(p)) for p in result.deleted_files)
     assert rows(table) == data and duck_rows(table) == sorted(data, key=lambda r: r["id"])
 
 
@@ -270,7 +323,7 @@ def test_compaction_of_files_already_replaced_fails_and_changes_nothing(catalog,
     assert rows(table) == data and len(duck_rows(table)) == len(data)
 
 
-def test_remove_orphans_needs_a_local_warehouse(tmp_path):
+def test_orphan_removal_refuses_a_table_split_across_file_systems(tmp_path):
     cat = SqlCatalog("remote", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     cat.create_namespace("ns")
     table = cat.create_table("ns.t", schema=_schema(), properties={"write.data.path": "s3://bucket/ns/t/data"})
@@ -373,11 +426,11 @@ def test_files_of_an_older_partition_spec_are_rewritten_into_the_current_one(cat
 
 def test_orphan_removal_refuses_when_live_files_are_missing(catalog, unique_name):
     table = build_table(catalog, unique_name("lost"), batches=2)
-    stray = stray_file(table, "orphan-old.parquet", old=True)
-    os.remove(sorted(live_paths(table))[0])
+    stray = stray_file(table, "orphan-old.parquet")
+    remove(sorted(live_paths(table))[0])
     with pytest.raises(MaintenanceError, match="live data files not found"):
-        remove_orphans(table, 3600)
-    assert os.path.exists(stray)
+        remove_orphans(table, ORPHAN_AGE, clock=lambda: time.time() + ORPHAN_AGE)
+    assert exists(stray)
 
 
 def test_a_planned_file_that_vanished_aborts_without_changing_the_table(catalog, unique_name):
@@ -385,7 +438,7 @@ def test_a_planned_file_that_vanished_aborts_without_changing_the_table(catalog,
     groups = plan_compaction(table, MiB)
     location, disk = table.metadata_location, set(files_on_disk(table))
     victim = local(groups[-1].files[0].file_path)
-    os.remove(victim)  # as if another maintenance run had replaced it and expired the old snapshot
+    remove(victim)  # as if another maintenance run had replaced it and expired the old snapshot
     with pytest.raises(CompactionConflict, match="vanished"):
         compact(table, groups, MiB)
     assert table.refresh().metadata_location == location

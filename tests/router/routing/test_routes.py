@@ -12,7 +12,7 @@ from router.routing import RoutingTable, normalise_identifier_part
 
 
 def routing(routes, allowed=("raw", "tenant_a", "tenant_b", "an")):
-    config = parse_config({"kafka": {"bootstrap_servers": "b", "pattern": ".*"}, "registry": {"url": "x"},
+    config = parse_config({"kafka": {"bootstrap_servers": "b", "pattern": ".*"}, "registry": {"url": "http://x"},
                            "routes": routes, "tables": {"allowed_namespaces": list(allowed)}})
     return RoutingTable(config.routes, config.tables, config.dlq)
 

@@ -1,0 +1,113 @@
+"""The decisions the job, `icerouter plan` and `icerouter check` share.
+
+Why one module: a dry run is only worth something if it answers exactly what
+the job will do. So every input of the decision is built here, once, for all
+three: the schema a table sees for a writer schema (the route's column
+projection, the Kafka metadata columns, the Avro aliases), the policy that
+applies (route -> topic pattern -> default, and ``tables.auto_create``), and
+what happens to the records (write, drop, dead-letter, fail). Pure functions:
+no catalog, no registry, no Spark.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
+
+from evolution.avro import avro_field_aliases
+from evolution.changes import EvolutionPlan, MappedSchema
+from evolution.plan import plan_evolution
+from evolution.policy import EvolutionPolicy, Mode, PolicySet
+
+__all__ = ["KAFKA_METADATA", "SchemaDecision", "projected_names", "table_view", "resolve_policy",
+           "plan_table", "decide", "decide_schema"]
+
+#: (column, source column of the Kafka row, Iceberg type) appended to every row when
+#: ``tables.metadata_columns`` is on.
+KAFKA_METADATA = (("_kafka_topic", "topic", StringType()), ("_kafka_partition", "partition", IntegerType()),
+                  ("_kafka_offset", "offset", LongType()), ("_kafka_timestamp", "timestamp", TimestamptzType()))
+
+SEVERITY = {Mode.DISCARD_VALUE: 1, Mode.DISCARD_ROW: 2, Mode.DLQ: 3, Mode.FREEZE: 4}
+ACTIONS = {None: "write", Mode.DISCARD_VALUE: "write", Mode.DISCARD_ROW: "drop", Mode.DLQ: "dlq",
+           Mode.FREEZE: "fail"}
+
+
+@dataclass
+class SchemaDecision:
+    """What happens to the records of one writer schema headed for one table."""
+
+    action: str  # write | drop | dlq | fail
+    reason: str = ""
+    drop_columns: tuple[str, ...] = ()
+
+
+def projected_names(schema: Schema, columns: Sequence[str] | None) -> list[str]:
+    """Top-level columns a route keeps, in the route's order (all when it has no projection)."""
+    names = [f.name for f in schema.fields]
+    return names if columns is None else [c for c in columns if c in names]
+
+
+def _with_metadata(schema: Schema) -> Schema:
+    names = {f.name for f in schema.fields}
+    fields, next_id = list(schema.fields), schema.highest_field_id
+    for name, _, itype in KAFKA_METADATA:
+        if name in names:  # the payload has a field of that name: it wins
+            continue
+        next_id += 1
+        fields.append(NestedField(next_id, name, itype, required=False))
+    return Schema(*fields, schema_id=schema.schema_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliases(schema_str: str) -> dict:
+    return avro_field_aliases(schema_str)
+
+
+def table_view(schema: Schema, *, columns: Sequence[str] | None, metadata_columns: bool,
+               schema_type: str = "AVRO", schema_str: str | None = None,
+               source: str | None = None) -> Schema | MappedSchema:
+    """The schema a table receives from one writer schema through one route."""
+    if columns is not None:
+        schema = schema.select(*projected_names(schema, columns))
+    if metadata_columns:
+        schema = _with_metadata(schema)
+    if (schema_type or "AVRO").upper() == "AVRO" and schema_str and "aliases" in schema_str:
+        return MappedSchema(schema, _aliases(schema_str), source)
+    return MappedSchema(schema, {}, source) if source else schema
+
+
+def resolve_policy(policies: PolicySet, topic: str, route_policy: Any, auto_create: bool) -> EvolutionPolicy:
+    """Route rule over topic pattern over default; a missing table is dead-lettered when
+    ``tables.auto_create`` is off (unless the policy already refuses it harder)."""
+    policy = policies.resolve(topic, route_policy)
+    if not auto_create and policy.new_table is Mode.EVOLVE:
+        policy = replace(policy, new_table=Mode.DLQ)
+    return policy
+
+
+def plan_table(current: Schema | None, incoming: Sequence[Schema | MappedSchema], policy: EvolutionPolicy,
+               case_sensitive: bool, table: str) -> EvolutionPlan:
+    return plan_evolution(current, list(incoming), policy, case_sensitive=case_sensitive, table=table)
+
+
+def decide(plan: EvolutionPlan) -> SchemaDecision:
+    """The records' fate from a plan's violations: the most severe outcome wins."""
+    worst = None
+    for v in plan.violations:
+        if v.outcome in SEVERITY and (worst is None or SEVERITY[v.outcome] > SEVERITY[worst]):
+            worst = v.outcome
+    table = plan.table or "<table>"
+    reasons = "; ".join(f"{'.'.join(v.path) or table}: {v.kind}: {v.reason}" for v in plan.violations)
+    drop = tuple(dict.fromkeys(v.path[0] for v in plan.violations
+                               if v.outcome is Mode.DISCARD_VALUE and v.path))
+    return SchemaDecision(ACTIONS[worst], reasons, drop)
+
+
+def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, policy: EvolutionPolicy,
+                  case_sensitive: bool, table: str) -> SchemaDecision:
+    """Pure: what happens to records of one writer schema headed for one table."""
+    return decide(plan_table(current, [incoming], policy, case_sensitive, table))
