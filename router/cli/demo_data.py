@@ -12,6 +12,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import logging
 import random
 import struct
 from typing import Iterator
@@ -107,11 +108,18 @@ def produce_one(producer, topic: str, key, value, headers, on_delivery) -> None:
     producer.poll(0)
 
 
+#: librdkafka's own log lines of the demo's producer (a refused first connection while a busy
+#: machine brings the broker up is retried by the client); failed deliveries still raise.
+QUIET_CLIENT_LOG = logging.getLogger("icerouter.demo.librdkafka")
+QUIET_CLIENT_LOG.setLevel(logging.CRITICAL)
+QUIET_CLIENT_LOG.propagate = False
+
+
 def produce(bootstrap: str, messages: Iterator[tuple[str, bytes | None, bytes | None, list | None]],
             extra: dict | None = None) -> int:
     """Produce (topic, key, value, headers) tuples; returns how many were acknowledged."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 5000,
-                         "message.max.bytes": 16 * 1024 * 1024, **(extra or {})})
+                         "message.max.bytes": 16 * 1024 * 1024, "logger": QUIET_CLIENT_LOG, **(extra or {})})
     acked = [0]
     errors: list[str] = []
 

@@ -80,11 +80,13 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
     dlq = _progress(config, config.dlq.table, cache) if config.dlq.table else None
     plan = ResumePlan()
-    by_topic: dict[str, list[str]] = {}
+    held_topics: dict[str, list[tuple[int, int, str]]] = {}
+    fresh: list[str] = []
     for topic, partition in sorted(partitions):
         key = f"{topic}/{partition}"
         lo, hi = earliest.get(key, 0), latest.get(key, 0)
-        candidates: list[tuple[int, str]] = []
+        held: list[tuple[int, int, str]] = []  # (offset, preference, why): tables before dead letters
+        new: list[tuple[int, int, str]] = []
         named = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
         for table in dict.fromkeys(named + discovered):
             doc = _progress(config, table, cache)
@@ -92,28 +94,34 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
                 if table in named:  # a new route: its table starts where the config says
                     begin = _configured_start(starting, topic, partition, lo, hi)
                     if begin is not None:
-                        candidates.append((begin, f"new table {table}"))
+                        new.append((begin, 0, f"new table {table}"))
                         plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
                 continue
             if key in doc["offsets"]:
-                candidates.append((doc["offsets"][key], f"table {table}"))
+                held.append((doc["offsets"][key], 0, f"table {table}"))
         if config.dlq.table:
             settled = (dlq or {}).get("settled", {})
             if key in settled:
-                candidates.append((settled[key], "dead letters settled"))
-            elif candidates:  # tables hold rows of it but its dead letters may not be settled
-                candidates.append((lo, "dead letters not settled"))
-        if not candidates:
-            by_topic.setdefault(topic, []).append(f"{partition}: {starting if isinstance(starting, str) else 'configured'}"
-                                                  " (no table holds it)")
+                held.append((settled[key], 1, "dead letters settled"))
+            elif held:  # tables hold rows of it, but its dead letters were never settled
+                held.append((lo, 1, "dead letters not settled"))
+        if not held:
+            if new:
+                plan.resume[key] = min(max(min(new)[0], lo), hi)
+            fresh.append(topic)
             continue
-        offset, why = min(candidates)
+        offset, _, why = min(held + new)
         clamped = min(max(offset, lo), hi)
         plan.resume[key] = clamped
         gone = f", {lo - offset} records below it deleted by retention" if offset < lo else ""
-        by_topic.setdefault(topic, []).append(f"{partition}@{clamped} ({why}{gone})")
-    for topic, parts in by_topic.items():
-        plan.notes.append(f"topic {topic}: partition {', '.join(parts)}")
+        held_topics.setdefault(topic, []).append((partition, clamped, why + gone))
+    for topic, parts in held_topics.items():
+        plan.notes.append(f"topic {topic}: " + ", ".join(f"partition {p}@{o} ({why})" for p, o, why in parts))
+    fresh_topics = sorted(set(fresh) - set(held_topics))
+    if fresh_topics:
+        label = starting if isinstance(starting, str) else "the configured offsets"
+        plan.notes.append(f"{len(fresh_topics)} topic(s) no table holds yet start at {label}: "
+                          + ", ".join(fresh_topics[:5]) + (" ..." if len(fresh_topics) > 5 else ""))
     log.info("start positions from %d tables in %.1fs", len(cache), time.perf_counter() - started)
     return plan
 
