@@ -4,26 +4,22 @@
 router can commit schema update + fast append + offset properties atomically;
 given a ``Table`` it commits on its own. Before touching anything it checks
 that the table still has the schema the plan was made from: if not, it raises
-``ApplyError`` (transient) so the caller reloads and plans again.
+``ApplyError`` (transient) so the caller reloads and plans again. A new-table
+plan is not applied here: the caller creates the table from ``plan.target``
+with its own properties and partition spec.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import TableAlreadyExistsError
-from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
-from pyiceberg.transforms import parse_transform
 
 from evolution.changes import AddColumn, EvolutionPlan, MakeOptional, RenameColumn, WidenColumn
 from evolution.exceptions import ApplyError, EvolutionViolation
 from evolution.policy import Mode
 
-__all__ = ["apply_plan", "create_table_from_plan", "partition_spec_from_config"]
-
-PARTITION_FIELD_ID_START = 1000
+__all__ = ["apply_plan"]
 
 
 def _raise_if_frozen(plan: EvolutionPlan) -> None:
@@ -45,7 +41,7 @@ def apply_plan(transaction_or_table: Table | Transaction, plan: EvolutionPlan,
     """Stage (Transaction) or commit (Table) the plan's changes; return the new schema."""
     _raise_if_frozen(plan)
     if plan.new_table:
-        raise ApplyError("plan creates a new table; use create_table_from_plan", table=plan.table)
+        raise ApplyError("plan creates a new table; create it from plan.target", table=plan.table)
     current = _current_schema(transaction_or_table)
     if plan.current is None or current.as_struct() != plan.current.as_struct():
         raise ApplyError("table schema changed since the plan was made; plan again",
@@ -75,44 +71,3 @@ def _stage(update: Any, change: Any) -> None:
         update.rename_column(change.path, change.new_name)
     else:  # pragma: no cover - closed union
         raise TypeError(f"unknown change {change!r}")
-
-
-def partition_spec_from_config(schema: Schema,
-                               config: Iterable[Mapping[str, str]] | None) -> PartitionSpec:
-    """``[{"column": "ts", "transform": "day", "name": "ts_day"?}]`` -> PartitionSpec."""
-    if not config:
-        return PartitionSpec()
-    fields = []
-    for i, item in enumerate(config):
-        column = item["column"]
-        transform = parse_transform(item.get("transform", "identity"))
-        source = schema.find_field(column)
-        name = item.get("name") or (column if str(transform) == "identity"
-                                    else f"{column}_{str(transform).split('[')[0]}")
-        fields.append(PartitionField(source_id=source.field_id,
-                                     field_id=PARTITION_FIELD_ID_START + i,
-                                     transform=transform, name=name))
-    return PartitionSpec(*fields)
-
-
-def create_table_from_plan(catalog: Catalog, identifier: str | tuple[str, ...],
-                           plan: EvolutionPlan,
-                           partition_spec_config: Iterable[Mapping[str, str]] | None = None,
-                           properties: Mapping[str, str] | None = None) -> Table:
-    """Create the plan's new table; if someone else created it first, load theirs.
-
-    The caller must plan again against the loaded table in that case (its
-    schema may differ from ``plan.target``).
-    """
-    _raise_if_frozen(plan)
-    if not plan.new_table or plan.target is None:
-        raise ApplyError("plan does not create a table", table=plan.table)
-    refused = [v for v in plan.violations if v.kind == "new_table" and v.blocking]
-    if refused:  # other violations only affect some records, not the table's existence
-        raise EvolutionViolation(refused[0].reason, table=plan.table, kind="new_table")
-    spec = partition_spec_from_config(plan.target, partition_spec_config)
-    try:
-        return catalog.create_table(identifier, schema=plan.target, partition_spec=spec,
-                                    properties=dict(properties or {}))
-    except TableAlreadyExistsError:
-        return catalog.load_table(identifier)

@@ -2,7 +2,7 @@
 
 pyiceberg's ``AvroSchemaConversion`` expects Iceberg field ids embedded in the
 Avro schema and rejects ordinary registry schemas, so we walk the Avro JSON
-ourselves. Choices worth knowing:
+ourselves (evolution/avro_visitor.py). Choices worth knowing:
 
 * ``uuid`` (on string) maps to ``string``: fastavro, polars and DuckDB all hand
   it back as text, and Iceberg's uuid type would force a 16-byte binary cast on
@@ -23,7 +23,7 @@ ourselves. Choices worth knowing:
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any
 
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.types import (
@@ -32,6 +32,7 @@ from pyiceberg.types import (
     StructType, TimestampType, TimestamptzType, TimeType,
 )
 
+from evolution.avro_visitor import PathVisitor, visit_avro
 from evolution.exceptions import UnsupportedSchemaError
 
 __all__ = ["avro_to_iceberg", "avro_field_aliases", "parse_avro", "ROOT_VALUE_FIELD"]
@@ -63,8 +64,6 @@ LOGICAL_TYPES: dict[tuple[str, str], IcebergType] = {
     ("uuid", "string"): StringType(),
 }
 
-NAMED_KINDS = ("record", "error", "enum", "fixed")
-
 
 def parse_avro(schema: str | dict | list) -> Any:
     """Accept a JSON string, a parsed dict/list or a bare primitive name."""
@@ -79,224 +78,133 @@ def parse_avro(schema: str | dict | list) -> Any:
     return schema
 
 
-def _fullname(name: str, namespace: str | None) -> str:
-    if "." in name or not namespace:
-        return name
-    return f"{namespace}.{name}"
+class _Converter(PathVisitor[tuple[IcebergType, bool]]):
+    """Avro -> Iceberg types; each result is (type, required): only unions make a value optional."""
 
-
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-class _Converter:
-    """Walks one Avro schema; tracks named types and the expansion stack."""
-
-    def __init__(self) -> None:
-        self.named: dict[str, Any] = {}
-        self.expanding: list[str] = []
+    def __init__(self, root: tuple[str, ...] = ()) -> None:
+        super().__init__(root)
         self._ids = iter(range(1, 1 << 31))
 
     def next_id(self) -> int:
         return next(self._ids)
 
-    # -- entry points -----------------------------------------------------
-    def root(self, node: Any) -> Schema:
-        if isinstance(node, dict) and node.get("type") in ("record", "error"):
-            struct = self.convert(node, None, ())
-            assert isinstance(struct, StructType)
-            return Schema(*struct.fields)
-        typ, required = self.convert_nullable(node, None, (ROOT_VALUE_FIELD,))
-        return Schema(NestedField(self.next_id(), ROOT_VALUE_FIELD, typ, required=required))
+    def error(self, reason: str, **where: Any) -> UnsupportedSchemaError:
+        return UnsupportedSchemaError(reason, path=tuple(self.path), **where)
 
-    def convert_nullable(self, node: Any, ns: str | None,
-                         path: tuple[str, ...]) -> tuple[IcebergType, bool]:
-        """Return (type, required); only unions can make a value optional."""
-        if isinstance(node, list):
-            branches = [b for b in node if b != "null"]
-            nullable = len(branches) != len(node)
-            if not branches:
-                raise UnsupportedSchemaError("union of only null", path=path)
-            if len(branches) == 1:
-                return self.convert(branches[0], ns, path), not nullable
-            return self.union_struct(branches, ns, path), not nullable
-        return self.convert(node, ns, path), True
+    # -- types ----------------------------------------------------------------
+    def record(self, node: dict, fields: list) -> tuple[IcebergType, bool]:
+        return StructType(*(NestedField(self.next_id(), f["name"], typ, required=required, doc=f.get("doc"))
+                            for f, (typ, required) in fields)), True
 
-    # -- types ------------------------------------------------------------
-    def convert(self, node: Any, ns: str | None, path: tuple[str, ...]) -> IcebergType:
-        if isinstance(node, str):
-            if node in PRIMITIVES:
-                return PRIMITIVES[node]
-            if node == "null":
-                raise UnsupportedSchemaError("bare null type has no Iceberg column type", path=path)
-            return self.reference(node, ns, path)
-        if isinstance(node, list):
-            typ, _ = self.convert_nullable(node, ns, path)
-            return typ
-        if not isinstance(node, dict) or "type" not in node:
-            raise UnsupportedSchemaError(f"not an Avro schema: {node!r}", path=path)
-        kind = node["type"]
-        logical = node.get("logicalType")
-        if logical is not None:
-            mapped = self.logical(node, logical, kind, ns, path)
-            if mapped is not None:
-                return mapped
-        if isinstance(kind, (dict, list)):
-            return self.convert(kind, ns, path)
-        if kind in PRIMITIVES:
-            return PRIMITIVES[kind]
-        if kind in ("record", "error"):
-            return self.record(node, ns, path)
-        if kind == "enum":
-            self.define(node, ns, path)
-            return StringType()
-        if kind == "fixed":
-            self.define(node, ns, path)
-            return FixedType(int(node["size"]))
-        if kind == "array":
-            elem, elem_req = self.convert_nullable(node["items"], ns, path + ("element",))
-            return ListType(self.next_id(), elem, element_required=elem_req)
-        if kind == "map":
-            val, val_req = self.convert_nullable(node["values"], ns, path + ("value",))
-            return MapType(self.next_id(), StringType(), self.next_id(), val,
-                           value_required=val_req)
-        if isinstance(kind, str) and kind not in ("null",):
-            return self.reference(kind, ns, path)
-        raise UnsupportedSchemaError(f"unknown Avro type {kind!r}", path=path)
+    def union(self, node: list, branches: list, nullable: bool) -> tuple[IcebergType, bool]:
+        if not branches:
+            raise self.error("union of only null")
+        if len(branches) == 1:
+            return branches[0][1][0], not nullable
+        names = [name for name, _ in branches]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise self.error(f"union has two branches named {twice!r}")
+        return StructType(*(NestedField(self.next_id(), name, typ, required=False)
+                            for name, (typ, _) in branches)), not nullable
 
-    def logical(self, node: dict, logical: str, kind: Any, ns: str | None,
-                path: tuple[str, ...]) -> IcebergType | None:
+    def array(self, node: dict, element: tuple) -> tuple[IcebergType, bool]:
+        return ListType(self.next_id(), element[0], element_required=element[1]), True
+
+    def map(self, node: dict, value: tuple) -> tuple[IcebergType, bool]:
+        return MapType(self.next_id(), StringType(), self.next_id(), value[0], value_required=value[1]), True
+
+    def enum(self, node: dict) -> tuple[IcebergType, bool]:
+        return StringType(), True
+
+    def fixed(self, node: dict) -> tuple[IcebergType, bool]:
+        return FixedType(int(node["size"])), True
+
+    def primitive(self, node: str | dict, name: str) -> tuple[IcebergType, bool]:
+        if name == "null":
+            raise self.error("bare null type has no Iceberg column type" if isinstance(node, str)
+                             else "unknown Avro type 'null'")
+        return PRIMITIVES[name], True
+
+    def logical(self, node: dict, logical: str, kind: Any) -> tuple[IcebergType, bool] | None:
         if logical == "decimal" and kind in ("bytes", "fixed"):
-            if kind == "fixed":
-                self.define(node, ns, path)
             try:
                 precision = int(node["precision"])
                 scale = int(node.get("scale", 0))
             except (KeyError, TypeError, ValueError):
                 return None
             if 0 < precision <= MAX_DECIMAL_PRECISION and 0 <= scale <= precision:
-                return DecimalType(precision, scale)
+                return DecimalType(precision, scale), True
             return None
-        if isinstance(kind, str):
-            return LOGICAL_TYPES.get((logical, kind))
+        if isinstance(kind, str) and (logical, kind) in LOGICAL_TYPES:
+            return LOGICAL_TYPES[(logical, kind)], True
         return None
 
-    def define(self, node: dict, ns: str | None, path: tuple[str, ...]) -> tuple[str, str | None]:
-        name = node.get("name")
-        if not isinstance(name, str) or not name:
-            raise UnsupportedSchemaError(f"named type {node.get('type')!r} without a name", path=path)
-        full = _fullname(name, node.get("namespace", ns))
-        self.named.setdefault(full, node)
-        return full, full.rsplit(".", 1)[0] if "." in full else None
+    def wrapped(self, node: dict, inner: tuple) -> tuple[IcebergType, bool]:
+        return inner[0], True
 
-    def reference(self, name: str, ns: str | None, path: tuple[str, ...]) -> IcebergType:
-        full = _fullname(name, ns)
-        if full not in self.named and name in self.named:
-            full = name
-        if full not in self.named:
-            raise UnsupportedSchemaError(f"unknown Avro type {name!r}", schema_name=name, path=path)
-        if full in self.expanding:
-            raise UnsupportedSchemaError(
-                f"recursive type {full!r} cannot be flattened into an Iceberg schema",
-                schema_name=full, path=path)
-        node = self.named[full]
-        inner_ns = full.rsplit(".", 1)[0] if "." in full else None
-        return self.convert(node, inner_ns, path)
+    def recursive(self, name: str) -> tuple[IcebergType, bool]:
+        raise self.error(f"recursive type {name!r} cannot be flattened into an Iceberg schema", schema_name=name)
 
-    def record(self, node: dict, ns: str | None, path: tuple[str, ...]) -> StructType:
-        full, inner_ns = self.define(node, ns, path)
-        if full in self.expanding:
-            raise UnsupportedSchemaError(
-                f"recursive type {full!r} cannot be flattened into an Iceberg schema",
-                schema_name=full, path=path)
-        self.expanding.append(full)
-        try:
-            fields = []
-            for f in node.get("fields", []):
-                fname = f["name"]
-                typ, required = self.convert_nullable(f["type"], inner_ns, path + (fname,))
-                fields.append(NestedField(self.next_id(), fname, typ, required=required,
-                                          doc=f.get("doc")))
-            return StructType(*fields)
-        finally:
-            self.expanding.pop()
-
-    def union_struct(self, branches: list, ns: str | None, path: tuple[str, ...]) -> StructType:
-        fields = []
-        seen: set[str] = set()
-        for branch in branches:
-            bname = _branch_name(branch, ns)
-            if bname in seen:
-                raise UnsupportedSchemaError(f"union has two branches named {bname!r}", path=path)
-            seen.add(bname)
-            typ = self.convert(branch, ns, path + (bname,))
-            fields.append(NestedField(self.next_id(), bname, typ, required=False))
-        return StructType(*fields)
-
-
-def _branch_name(branch: Any, ns: str | None) -> str:
-    """Name of a union branch: the Avro type name, or a named type's short name."""
-    if isinstance(branch, str):
-        return _short(branch)
-    if isinstance(branch, dict):
-        kind = branch.get("type")
-        if kind in NAMED_KINDS and "name" in branch:
-            return _short(branch["name"])
+    def unknown(self, kind: Any) -> tuple[IcebergType, bool]:
         if isinstance(kind, str):
-            return kind
-    raise UnsupportedSchemaError(f"cannot name union branch {branch!r}")
+            raise self.error(f"unknown Avro type {kind!r}", schema_name=kind)
+        raise self.error(f"unknown Avro type {kind!r}")
+
+    def invalid(self, node: Any) -> tuple[IcebergType, bool]:
+        raise self.error(f"not an Avro schema: {node!r}")
 
 
 def avro_to_iceberg(schema: str | dict | list) -> Schema:
     """Map an Avro schema (registry JSON) onto a fresh-id pyiceberg Schema."""
     node = parse_avro(schema)
-    raw = _Converter().root(node)
+    if isinstance(node, dict) and node.get("type") in ("record", "error"):
+        struct, _ = visit_avro(node, _Converter())
+        raw = Schema(*struct.fields)
+    else:  # a bare type becomes the single column `value`
+        converter = _Converter((ROOT_VALUE_FIELD,))
+        typ, required = visit_avro(node, converter)
+        raw = Schema(NestedField(converter.next_id(), ROOT_VALUE_FIELD, typ, required=required))
     return assign_fresh_schema_ids(raw)
 
 
-def _walk_aliases(node: Any, conv: _Converter, ns: str | None, path: tuple[str, ...],
-                  stack: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
-    if isinstance(node, list):
-        branches = [b for b in node if b != "null"]
-        if len(branches) == 1:
-            yield from _walk_aliases(branches[0], conv, ns, path, stack)
-        else:
-            for b in branches:
-                yield from _walk_aliases(b, conv, ns, path + (_branch_name(b, ns),), stack)
-        return
-    if isinstance(node, str):
-        if node in PRIMITIVES or node == "null":
-            return
-        full = _fullname(node, ns)
-        if full not in conv.named and node in conv.named:
-            full = node
-        if full in conv.named and full not in stack:
-            inner_ns = full.rsplit(".", 1)[0] if "." in full else None
-            yield from _walk_aliases(conv.named[full], conv, inner_ns, path, stack)
-        return
-    if not isinstance(node, dict):
-        return
-    kind = node.get("type")
-    if isinstance(kind, (dict, list)):
-        yield from _walk_aliases(kind, conv, ns, path, stack)
-    elif kind in ("record", "error"):
-        full, inner_ns = conv.define(node, ns, path)
-        if full in stack:
-            return
-        for f in node.get("fields", []):
-            fpath = path + (f["name"],)
-            aliases = f.get("aliases") or ()
-            if aliases:
-                yield fpath, tuple(aliases)
-            yield from _walk_aliases(f["type"], conv, inner_ns, fpath, stack + (full,))
-    elif kind in ("enum", "fixed"):
-        conv.define(node, ns, path)
-    elif kind == "array":
-        yield from _walk_aliases(node["items"], conv, ns, path + ("element",), stack)
-    elif kind == "map":
-        yield from _walk_aliases(node["values"], conv, ns, path + ("value",), stack)
-    elif isinstance(kind, str) and kind not in PRIMITIVES:
-        yield from _walk_aliases(kind, conv, ns, path, stack)
+class _Aliases(PathVisitor[list]):
+    """(field path, aliases) of every field that declares former names."""
+
+    def record(self, node: dict, fields: list) -> list:
+        out = []
+        for f, inner in fields:
+            if f.get("aliases"):
+                out.append((tuple(self.path) + (f["name"],), tuple(f["aliases"])))
+            out += inner
+        return out
+
+    def union(self, node: list, branches: list, nullable: bool) -> list:
+        return [pair for _, inner in branches for pair in inner]
+
+    def array(self, node: dict, element: list) -> list:
+        return element
+
+    def map(self, node: dict, value: list) -> list:
+        return value
+
+    def enum(self, node: dict) -> list:
+        return []
+
+    def fixed(self, node: dict) -> list:
+        return []
+
+    def primitive(self, node: str | dict, name: str) -> list:
+        return []
+
+    def recursive(self, name: str) -> list:
+        return []
+
+    def unknown(self, kind: Any) -> list:
+        return []
+
+    def invalid(self, node: Any) -> list:
+        return []
 
 
 def avro_field_aliases(schema: str | dict | list) -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -306,7 +214,5 @@ def avro_field_aliases(schema: str | dict | list) -> dict[tuple[str, ...], tuple
     items, ``value`` for map values, the branch name inside multi-branch unions.
     """
     node = parse_avro(schema)
-    conv = _Converter()
     is_record = isinstance(node, dict) and node.get("type") in ("record", "error")
-    root_path = () if is_record else (ROOT_VALUE_FIELD,)
-    return dict(_walk_aliases(node, conv, None, root_path, ()))
+    return dict(visit_avro(node, _Aliases(() if is_record else (ROOT_VALUE_FIELD,))))

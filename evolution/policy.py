@@ -81,9 +81,6 @@ class EvolutionPolicy:
                 raise PolicyConfigError(_why(entity, mode), key=entity, value=mode.value)
             object.__setattr__(self, entity, mode)
 
-    def mode_for(self, entity: str) -> Mode:
-        return getattr(self, entity)
-
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (v.value if isinstance(v := getattr(self, f.name), Mode) else v)
                 for f in fields(self)}

@@ -15,10 +15,14 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.schema import Schema
 
-from registry.avro_refs import inline_references
+from evolution.arrow import iceberg_to_arrow
+from evolution.avro import avro_to_iceberg, parse_avro
+from evolution.jsonschema import jsonschema_to_iceberg
 from registry.avro_columnar import ColumnarDecoder, columnar_supported
 from registry.avro_records import RecordDecoder
+from registry.avro_refs import inline_references
 from registry.exceptions import UnsupportedSchemaType
+from registry.json_records import JsonDecoder
 
 __all__ = ["SchemaArtifacts", "Decoder", "build_artifacts", "AVRO", "JSON", "PROTOBUF"]
 
@@ -75,8 +79,6 @@ def build_artifacts(schema_id: int | str, schema_type: str | None, schema_str: s
 
 def _avro(schema_id: int | str, schema_str: str, references: list[str] | None,
           columnar: bool) -> SchemaArtifacts:
-    from evolution.arrow import iceberg_to_arrow
-    from evolution.avro import avro_to_iceberg, parse_avro
     try:
         raw = parse_avro(schema_str)
         expanded = raw if not references else inline_references(raw, references)
@@ -97,10 +99,7 @@ def _avro(schema_id: int | str, schema_str: str, references: list[str] | None,
 
 
 def _json(schema_id: int | str, schema_str: str) -> SchemaArtifacts:
-    from registry.json_records import JsonDecoder
     try:
-        from evolution.arrow import iceberg_to_arrow
-        from evolution.jsonschema import jsonschema_to_iceberg
         parsed = json.loads(schema_str)
         iceberg = jsonschema_to_iceberg(parsed)
         arrow = iceberg_to_arrow(iceberg)

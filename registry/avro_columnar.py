@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from evolution.avro_visitor import AvroVisitor, visit_avro
 from registry.avro_records import RecordDecoder, to_batch
 from registry.wire import buffers
 
@@ -120,34 +121,56 @@ def columnar_supported(schema: Any) -> bool:
         return False
     if any(f.get("name") == CHECK_FIELD for f in schema.get("fields", [])):
         return False
-    return _walk_ok(schema, set())
+    return visit_avro(schema, _PolarsReads())
 
 
-def _walk_ok(node: Any, seen: set) -> bool:
-    if isinstance(node, list):
-        real = [b for b in node if b != "null"]
-        return len(real) == 1 and _walk_ok(real[0], seen)
-    if isinstance(node, str):
-        return True
-    kind = node.get("type")
-    if isinstance(kind, (dict, list)):
-        return _walk_ok(kind, seen)
-    if kind == "map":
-        return False
-    logical = node.get("logicalType")
-    if logical in ("timestamp-nanos", "local-timestamp-nanos", "duration"):
-        return False
-    if logical == "decimal" and not 0 < int(node.get("precision", 0)) <= 38:
-        return False     # mapped to plain bytes; polars panics on it
-    if kind == "array":
-        return _walk_ok(node["items"], seen)
-    if kind in ("record", "error"):
-        name = node.get("name")
-        if name in seen:
+class _PolarsReads(AvroVisitor[bool]):
+    """True where polars 2.1 reads the schema right: no maps, no multi-branch unions, no nanos,
+    durations or decimals wider than 38 digits, no record name defined twice."""
+
+    def __init__(self) -> None:
+        self.records: dict = {}  # name -> the definition (a reference walks the same one again)
+
+    def record(self, node: dict, fields: list) -> bool:
+        if self.records.setdefault(node.get("name"), id(node)) != id(node):
             return False
-        seen.add(name)
-        return all(_walk_ok(f["type"], seen) for f in node.get("fields", []))
-    return True
+        return all(ok for _, ok in fields)
+
+    def union(self, node: list, branches: list, nullable: bool) -> bool:
+        return len(branches) == 1 and branches[0][1]
+
+    def array(self, node: dict, element: bool) -> bool:
+        return element
+
+    def map(self, node: dict, value: bool) -> bool:
+        return False
+
+    def enum(self, node: dict) -> bool:
+        return True
+
+    def fixed(self, node: dict) -> bool:
+        return True
+
+    def primitive(self, node, name: str) -> bool:
+        return True
+
+    def logical(self, node: dict, logical: str, kind: Any) -> bool | None:
+        if isinstance(kind, (dict, list)):
+            return None  # a wrapped type: its own logical type (if any) counts
+        if logical in ("timestamp-nanos", "local-timestamp-nanos", "duration"):
+            return False
+        if logical == "decimal" and not 0 < int(node.get("precision", 0)) <= 38:
+            return False  # mapped to plain bytes; polars panics on it
+        return None
+
+    def recursive(self, name: str) -> bool:
+        return True
+
+    def unknown(self, kind: Any) -> bool:
+        return True
+
+    def invalid(self, node: Any) -> bool:
+        return True
 
 
 def cast_table(table: pa.Table, arrow_schema: pa.Schema) -> pa.RecordBatch:

@@ -9,86 +9,65 @@ branches turned into structs, root wrapping, nanosecond timestamps).
 """
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
+import uuid
 from typing import Any, Callable
 
 import fastavro
 import pyarrow as pa
 
+from evolution.avro_visitor import NAMED_KINDS, AvroVisitor, visit_avro
+
 __all__ = ["compile_converter", "RecordDecoder", "to_batch"]
 
 Conv = Callable[[Any], Any] | None
-PRIMITIVE_NAMES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-NAMED = ("record", "error", "enum", "fixed")
+Match = tuple[str, Any]  # ("named", full name) or ("type", predicate on a fastavro value): picks a union branch
+NANOS = ("timestamp-nanos", "local-timestamp-nanos")
 
 
-def _fullname(name: str, ns: str | None) -> str:
-    return name if "." in name or not ns else f"{ns}.{name}"
+class _Compiler(AvroVisitor[tuple[Conv, Match]]):
+    """Walks the writer schema with the target Arrow type as partner; builds (converter, branch match)."""
 
+    def __init__(self, target: pa.DataType) -> None:
+        self.targets = [target]
 
-class _Compiler:
-    """Walks the writer schema and the target Arrow type side by side."""
+    @property
+    def target(self) -> pa.DataType:
+        return self.targets[-1]
 
-    def __init__(self) -> None:
-        self.named: dict[str, tuple[dict, str | None]] = {}
+    def before_field(self, field: dict) -> None:
+        self.targets.append(self.target.field(field["name"]).type)
 
-    def define(self, node: dict, ns: str | None) -> tuple[str, str | None]:
-        full = _fullname(node["name"], node.get("namespace", ns))
-        inner = full.rsplit(".", 1)[0] if "." in full else None
-        self.named.setdefault(full, (node, inner))
-        return full, inner
+    def after_field(self, field: dict) -> None:
+        self.targets.pop()
 
-    def resolve(self, name: str, ns: str | None) -> tuple[dict, str | None]:
-        full = _fullname(name, ns)
-        if full in self.named:
-            return self.named[full]
-        return self.named[name]
+    def before_element(self) -> None:
+        self.targets.append(self.target.value_type)
 
-    def conv(self, node: Any, ns: str | None, target: pa.DataType) -> Conv:
-        if isinstance(node, list):
-            return self.union(node, ns, target)
-        if isinstance(node, str):
-            if node in PRIMITIVE_NAMES:
-                return None
-            inner, inner_ns = self.resolve(node, ns)
-            return self.conv(inner, inner_ns, target)
-        kind = node["type"]
-        logical = node.get("logicalType")
-        if isinstance(kind, (dict, list)):
-            return self.conv(kind, ns, target)
-        if kind in NAMED:
-            full, inner_ns = self.define(node, ns)
-            if kind in ("record", "error"):
-                return self.record(node, inner_ns, target)
-            if logical == "decimal" and not pa.types.is_decimal(target):
-                return _decimal_to_bytes(int(node.get("scale", 0)), int(node["size"]))
-            return None
-        if logical == "decimal" and not pa.types.is_decimal(target):
-            return _decimal_to_bytes(int(node.get("scale", 0)), node.get("size"))
-        if logical == "uuid" and kind == "string":
-            return lambda v: None if v is None else str(v)
-        if logical in ("timestamp-nanos", "local-timestamp-nanos") and kind == "long":
-            return _nanos_to_micros
-        if kind == "array":
-            item = self.conv(node["items"], ns, target.value_type)
-            if item is None:
-                return None
-            return lambda v: None if v is None else [item(x) for x in v]
-        if kind == "map":
-            val = self.conv(node["values"], ns, target.item_type)
-            if val is None:
-                return lambda v: None if v is None else list(v.items())
-            return lambda v: None if v is None else [(k, val(x)) for k, x in v.items()]
-        return None
+    def after_element(self) -> None:
+        self.targets.pop()
 
-    def record(self, node: dict, ns: str | None, target: pa.DataType) -> Conv:
-        convs = []
-        for f in node.get("fields", []):
-            c = self.conv(f["type"], ns, target.field(f["name"]).type)
-            if c is not None:
-                convs.append((f["name"], c))
+    def before_value(self) -> None:
+        self.targets.append(self.target.item_type)
+
+    def after_value(self) -> None:
+        self.targets.pop()
+
+    def before_branch(self, name: str) -> None:
+        self.targets.append(self.target.field(name).type)
+
+    def after_branch(self, name: str) -> None:
+        self.targets.pop()
+
+    def named(self, name: str, node: dict, result: tuple) -> tuple[Conv, Match]:
+        return result[0], ("named", name)
+
+    def record(self, node: dict, fields: list) -> tuple[Conv, Match]:
+        convs = [(f["name"], c) for f, (c, _) in fields if c is not None]
         if not convs:
-            return None
+            return None, _type_match(node)
 
         def convert(v: Any) -> Any:
             if v is None:
@@ -99,19 +78,15 @@ class _Compiler:
             for name, c in convs:
                 out[name] = c(out.get(name))
             return out
-        return convert
+        return convert, _type_match(node)
 
-    def union(self, branches: list, ns: str | None, target: pa.DataType) -> Conv:
-        real = [b for b in branches if b != "null"]
-        if len(real) == 1:
-            c = self.conv(real[0], ns, target)
+    def union(self, node: list, branches: list, nullable: bool) -> tuple[Conv, Match]:
+        if len(branches) == 1:
+            c, match = branches[0][1]
             if c is None:
-                return _unwrap_named if _branch_match(real[0], ns, self)[0] == "named" else None
-            return lambda v: None if v is None else c(v)
-        names = [target.field(i).name for i in range(target.num_fields)]
-        specs = []
-        for i, b in enumerate(real):
-            specs.append((names[i], _branch_match(b, ns, self), self.conv(b, ns, target.field(i).type)))
+                return (_unwrap_named if match[0] == "named" else None), _NO_MATCH
+            return (lambda v: None if v is None else c(v)), _NO_MATCH
+        specs = [(name, match, c) for name, (c, match) in branches]
         named_idx = {s[1][1]: s for s in specs if s[1][0] == "named"}
 
         def convert(v: Any) -> Any:
@@ -125,7 +100,45 @@ class _Compiler:
                 if kind == "type" and test(v):
                     return {name: c(v) if c else v}
             raise ValueError(f"value {v!r} matches no union branch")
-        return convert
+        return convert, _NO_MATCH
+
+    def array(self, node: dict, element: tuple) -> tuple[Conv, Match]:
+        item = element[0]
+        if item is None:
+            return None, _type_match(node)
+        return (lambda v: None if v is None else [item(x) for x in v]), _type_match(node)
+
+    def map(self, node: dict, value: tuple) -> tuple[Conv, Match]:
+        val = value[0]
+        if val is None:
+            return (lambda v: None if v is None else list(v.items())), _type_match(node)
+        return (lambda v: None if v is None else [(k, val(x)) for k, x in v.items()]), _type_match(node)
+
+    def enum(self, node: dict) -> tuple[Conv, Match]:
+        return None, _NO_MATCH
+
+    def fixed(self, node: dict) -> tuple[Conv, Match]:
+        return None, _NO_MATCH
+
+    def primitive(self, node: str | dict, name: str) -> tuple[Conv, Match]:
+        return None, _type_match(node)
+
+    def logical(self, node: dict, logical: str, kind: Any) -> tuple[Conv, Match] | None:
+        if isinstance(kind, (dict, list)):
+            return None
+        if logical == "decimal" and not pa.types.is_decimal(self.target):
+            size = int(node["size"]) if kind in NAMED_KINDS else node.get("size")
+            return _decimal_to_bytes(int(node.get("scale", 0)), size), _type_match(node)
+        if kind in NAMED_KINDS:
+            return None
+        if logical == "uuid" and kind == "string":
+            return (lambda v: None if v is None else str(v)), _type_match(node)
+        if logical in NANOS and kind == "long":
+            return _nanos_to_micros, _type_match(node)
+        return None
+
+    def wrapped(self, node: dict, inner: tuple) -> tuple[Conv, Match]:
+        return inner
 
 
 def _decimal_to_bytes(scale: int, size: int | None) -> Callable[[Any], Any]:
@@ -162,20 +175,12 @@ _PY_TESTS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _branch_match(branch: Any, ns: str | None, comp: _Compiler) -> tuple[str, Any]:
-    """("named", fullname) for named types, else ("type", python predicate)."""
-    import datetime as dt
-    import decimal
-    import uuid
-    if isinstance(branch, str) and branch not in PRIMITIVE_NAMES:
-        node, _ = comp.resolve(branch, ns)
-        return "named", _fullname(node["name"], node.get("namespace", ns))
-    if isinstance(branch, str):
-        return "type", _PY_TESTS[branch]
-    kind = branch.get("type")
-    if kind in NAMED:
-        return "named", _fullname(branch["name"], branch.get("namespace", ns))
-    logical = branch.get("logicalType")
+def _type_match(node: Any) -> Match:
+    """The Python type fastavro returns for an unnamed schema, as a union branch predicate."""
+    if isinstance(node, str):
+        return "type", _PY_TESTS.get(node, lambda v: False)
+    kind = node.get("type")
+    logical = node.get("logicalType")
     if logical == "decimal":
         return "type", lambda v: isinstance(v, decimal.Decimal)
     if logical == "uuid":
@@ -190,18 +195,20 @@ def _branch_match(branch: Any, ns: str | None, comp: _Compiler) -> tuple[str, An
         return "type", lambda v: isinstance(v, list)
     if kind == "map":
         return "type", lambda v: isinstance(v, dict)
-    return "type", _PY_TESTS.get(kind, lambda v: False)
+    return "type", _PY_TESTS.get(kind, lambda v: False) if isinstance(kind, str) else (lambda v: False)
+
+
+_NO_MATCH: Match = ("type", lambda v: False)
 
 
 def compile_converter(schema: Any, arrow_schema: pa.Schema) -> Callable[[Any], dict]:
     """fastavro value -> dict matching ``arrow_schema`` (root wrapped as ``value``)."""
-    comp = _Compiler()
     is_record = isinstance(schema, dict) and schema.get("type") in ("record", "error")
     if is_record:
-        c = comp.conv(schema, None, pa.struct(list(arrow_schema)))
+        c, _ = visit_avro(schema, _Compiler(pa.struct(list(arrow_schema))))
         return c or _unwrap_named
     root = arrow_schema.names[0]
-    c = comp.conv(schema, None, arrow_schema.field(0).type)
+    c, _ = visit_avro(schema, _Compiler(arrow_schema.field(0).type))
     if c is None:
         return lambda v: {root: _unwrap_named(v)}
     return lambda v: {root: c(v)}

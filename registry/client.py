@@ -29,7 +29,7 @@ from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx 
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from registry.artifacts import SchemaArtifacts, build_artifacts
-from registry.config import RegistryConfig
+from registry.config import RegistryConfig, _mask_userinfo
 from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
 
 __all__ = ["CachedRegistry", "Compatibility", "get_registry", "TRANSIENT_STATUS"]
@@ -257,7 +257,6 @@ class CachedRegistry:
 
 
 def _safe_url(url: str) -> str:
-    from registry.config import _mask_userinfo
     return ",".join(_mask_userinfo(u.strip()) for u in url.split(","))
 
 

@@ -67,10 +67,13 @@ class DecodeFailure:
     error_class: str
     reason: str
     transient: bool = False
+    error: RegistryError | None = field(default=None, compare=False, repr=False)  # the registry's own error
 
     def to_exception(self, *, topic: str | None = None, partition: int | None = None,
                      offset: int | None = None) -> RegistryError:
         """The matching exception, for callers that raise instead of dead-lettering."""
+        if self.error is not None:
+            return self.error
         if self.error_class == "wire_format" or self.error_class == "tombstone":
             return WireFormatError(self.reason, index=self.index, topic=topic,
                                    partition=partition, offset=offset)
@@ -90,9 +93,6 @@ class DecodeResult:
     @property
     def decoded_rows(self) -> int:
         return sum(g.batch.num_rows for g in self.groups)
-
-    def failure_indices(self) -> np.ndarray:
-        return np.asarray([f.index for f in self.failures], dtype=np.int64)
 
 
 def _registry_failure(exc: RegistryError) -> tuple[str, bool]:
@@ -135,7 +135,7 @@ def decode_values(registry: CachedRegistry, values: Any, *,
             art = registry.artifacts(group.ref)
         except RegistryError as exc:
             cls, transient = _registry_failure(exc)
-            result.failures.extend(DecodeFailure(int(i), group.ref, cls, str(exc), transient)
+            result.failures.extend(DecodeFailure(int(i), group.ref, cls, str(exc), transient, exc)
                                    for i in group.indices)
             continue
         batch, positions, bad = art.decoder.decode(take_rows(arr, group.indices), group.skip)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from pyiceberg.catalog import load_catalog
 
 from evolution.exceptions import PolicyConfigError
 from evolution.policy import PolicySet, parse_policy_spec
@@ -97,8 +98,6 @@ class CatalogConfig:
         return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
 
     def load(self):
-        from pyiceberg.catalog import load_catalog
-
         props = {k: str(v) for k, v in self.properties.items()}
         _ensure_local_dirs(props)
         return load_catalog(self.name, **props)
@@ -122,7 +121,7 @@ class JobConfig:
     commit_threads: int = 8
     commit_retries: int = 6
     spark: Mapping[str, Any] = field(default_factory=dict)
-    fused_read: bool = True  # source tasks decode and write themselves (see router/fused.py)
+    fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
 
 
 @dataclass(frozen=True)

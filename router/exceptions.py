@@ -1,15 +1,23 @@
-"""Errors raised by the router.
+"""Errors raised by the router, and the one answer to "is this error transient?".
 
 Every error carries the coordinates a human needs to act on it (table, topic,
 partition, offset, route) and says whether retrying can help (`transient`), so
 the dispatcher can decide between retry, fail and dead-letter. They travel from
 Spark executors to the driver, so they must stay picklable: all state lives in
 keyword attributes that `__reduce__` replays.
+
+`is_transient` decides from that attribute (ours, registry/'s, evolution/'s and
+router/source/'s errors all carry one), walking the cause chain, and knows the
+connection errors of the libraries we call from one table. Spark hands the
+driver only the text of an exception raised in a task, so a task marks a
+transient error on its way out (`crossing_process_boundary`) and the driver
+reads that mark back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 
 class RouterError(Exception):
@@ -62,22 +70,6 @@ class TableNameError(RouteError):
     """A rendered table name is invalid or outside the allowed namespaces."""
 
 
-class CommitError(RouterError):
-    """A table commit failed after every retry."""
-
-    transient = True
-
-
-class TableQuarantined(RouterError):
-    """A table failed repeatedly; its records go to the dead-letter queue."""
-
-
-class SourceError(RouterError):
-    """Kafka could not be read."""
-
-    transient = True
-
-
 class MaintenanceError(RouterError):
     """A maintenance step failed for one table."""
 
@@ -91,3 +83,68 @@ class CompactionConflict(MaintenanceError):
 class UnsupportedLocation(MaintenanceError):
     """A table location orphan removal cannot list (no pyarrow filesystem, or split across file systems)."""
 
+
+
+class TransientError(RouterError):
+    """A transient error leaving a Spark task, marked so the driver can tell from the text alone."""
+
+    transient = True
+
+
+TRANSIENT_MARK = "[icerouter:transient]"
+KAFKA_TRANSPORT_ERRORS = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT"})
+
+
+def _kafka_transport(exc: BaseException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return callable(getattr(error, "name", None)) and error.name() in KAFKA_TRANSPORT_ERRORS
+
+
+def _marked(exc: BaseException) -> bool:
+    return TRANSIENT_MARK in str(exc)
+
+
+# Errors of other libraries, by class (module.qualname, matched along the MRO, so nothing is imported here).
+THIRD_PARTY_TRANSIENT: dict[str, Callable[[BaseException], bool]] = {
+    "builtins.ConnectionError": lambda exc: True,  # refused / reset sockets (HTTP catalogs, registry)
+    "builtins.TimeoutError": lambda exc: True,
+    "requests.exceptions.ConnectionError": lambda exc: True,  # REST catalog transport
+    "requests.exceptions.Timeout": lambda exc: True,
+    "sqlalchemy.exc.OperationalError": lambda exc: True,  # SQL catalog: server down, database locked
+    "sqlalchemy.exc.InterfaceError": lambda exc: True,  # SQL catalog: connection closed under us
+    "psycopg2.OperationalError": lambda exc: True,
+    "sqlite3.OperationalError": lambda exc: True,
+    "cimpl.KafkaException": _kafka_transport,  # confluent-kafka: brokers unreachable
+    "confluent_kafka.cimpl.KafkaException": _kafka_transport,
+    "pyspark.errors.exceptions.base.PySparkException": _marked,  # a task's error, as text
+    "py4j.protocol.Py4JJavaError": _marked,
+}
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """True when retrying later may succeed: from the first error along the cause chain that knows."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        verdict = getattr(type(exc), "transient", None)
+        if isinstance(verdict, bool):
+            return verdict
+        for cls in type(exc).__mro__:
+            rule = THIRD_PARTY_TRANSIENT.get(f"{cls.__module__}.{cls.__qualname__}")
+            if rule is not None:
+                return rule(exc)
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@contextmanager
+def crossing_process_boundary() -> Iterator[None]:
+    """Around the work of a Spark task: a transient error leaves it marked (see module docstring)."""
+    try:
+        yield
+    except TransientError:
+        raise
+    except Exception as exc:
+        if is_transient(exc):
+            raise TransientError(f"{TRANSIENT_MARK} {type(exc).__name__}: {exc}") from exc
+        raise

@@ -10,7 +10,7 @@ an older snapshot reports the offsets of that snapshot, not the property's).
 Shared by both sides: executors drop rows a table already holds before writing
 (`trim_mask`), the driver refuses a commit that would hold a row twice
 (`overlap`) and computes where to start reading when the Spark checkpoint is
-missing or disagrees with the tables (router/resume.py).
+missing or disagrees with the tables (router/driver/resume.py).
 
 The dead-letter table keeps two maps: ``letters`` (next offset per
 "<table>|topic/partition", the table a dead letter was headed for, empty before

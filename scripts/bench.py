@@ -132,8 +132,7 @@ def load_average() -> list[float]:
 def warm_up(spark, args, stack: Stack, root: Path) -> None:
     """A tiny run of the job on its own topic: Python workers, imports and the catalog are warm afterwards."""
     from router.config import parse_config
-    from router.dispatcher import Dispatcher
-    from router.job import start_query
+    from router.driver.job import start_query
 
     ids = data.register_topics(stack.registry_url, ["warmup.orders"])
     # as many partitions as the job has tasks, so every Python worker slot is started and warm
@@ -148,7 +147,7 @@ def warm_up(spark, args, stack: Stack, root: Path) -> None:
         "tables": {"allowed_namespaces": ["warm", "ops"]},
         "routes": [{"name": "warm", "topic": "warmup.orders", "table": "warm.orders"}],
     })
-    query, _ = start_query(spark, config, available_now=True, dispatcher=Dispatcher(config))
+    query, _ = start_query(spark, config, available_now=True)
     query.awaitTermination()
 
 
@@ -171,7 +170,7 @@ def batch_rows(batches) -> list[dict]:
 def run_throughput(args, stack: Stack, root: Path) -> dict:
     from bench_baseline import run_baseline
     from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
-    from router.job import build_spark, start_query
+    from router.driver.job import build_spark, start_query
     from router.source import KafkaSourceOptions
 
     result: dict = {"mode": args.mode, "topics": args.topics, "partitions": args.partitions,
@@ -209,10 +208,9 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
         from bench_profile import Profiler
 
         profiler = Profiler(Path(args.profile)).start()
-    dispatcher = RecordingDispatcher(config)
-    dispatcher.listeners.append(lambda s: print("  " + s.line(), flush=True))
     t_start = time.time()
-    query, _ = start_query(spark, config, available_now=True, dispatcher=dispatcher)
+    query, dispatcher = start_query(spark, config, available_now=True, make_dispatcher=RecordingDispatcher,
+                                    listeners=[lambda s: print("  " + s.line(), flush=True)])
     query.awaitTermination()
     t_end = time.time()
     if profiler is not None:

@@ -8,6 +8,7 @@ Joining the two gives every record's latency without reading the tables back.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import statistics
 import time
@@ -66,7 +67,7 @@ def commit_drift(rows: list[dict]) -> dict | None:
 def run_freshness(args, stack, root: Path) -> dict:
     from bench import FAN_IN_TABLE, NAMESPACE, batch_rows, job_config, load_average
     from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
-    from router.job import build_spark, start_query
+    from router.driver.job import build_spark, start_query
 
     result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
               "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
@@ -80,10 +81,10 @@ def run_freshness(args, stack, root: Path) -> dict:
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
     spark = build_spark(config)
-    dispatcher = RecordingDispatcher(config, keep_offsets=True)
-    dispatcher.listeners.append(lambda s: print("  " + s.line(), flush=True))
     memory = MemorySampler().start()
-    query, _ = start_query(spark, config, dispatcher=dispatcher)
+    recording = functools.partial(RecordingDispatcher, keep_offsets=True)
+    query, dispatcher = start_query(spark, config, make_dispatcher=recording,
+                                    listeners=[lambda s: print("  " + s.line(), flush=True)])
     deadline = time.monotonic() + 600
     while not dispatcher.batches and time.monotonic() < deadline:
         if query.exception() is not None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.dispatcher import Dispatcher
+from router.driver.dispatcher import Dispatcher
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -153,8 +153,8 @@ class BatchRecord:
 class RecordingDispatcher(Dispatcher):
     """The product's Dispatcher plus wall-clock marks and the offsets each table covered."""
 
-    def __init__(self, config, keep_offsets: bool = False):
-        super().__init__(config)
+    def __init__(self, config, keep_offsets: bool = False, **options):
+        super().__init__(config, **options)
         self.keep_offsets = keep_offsets
         self.batches: list[BatchRecord] = []
         self.commits: list[CommitRecord] = []

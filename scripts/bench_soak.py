@@ -1,7 +1,7 @@
 """Soak mode: the driver's commit path alone, batch after batch, with the job's snapshot expiry.
 
 Each batch writes one small data file per table (outside the timing), then
-commits every table in parallel through `router.commit.commit_all` and hands
+commits every table in parallel through `router.driver.commits.commit_all` and hands
 each outcome to the job's `SnapshotExpirer`, exactly as the dispatcher does.
 Without expiry every commit rewrites a longer snapshot list, so the latency of
 the last batches against the first ones shows whether expiry keeps it flat.
@@ -22,10 +22,11 @@ def run_soak(args, root: Path) -> dict:
     from pyiceberg.types import LongType, NestedField, StringType
 
     from bench import load_average
-    from router.commit import SnapshotExpirer, commit_all
+    from router.driver.commits import commit_all
+    from router.driver.housekeeping import SnapshotExpirer
     from router.config import CatalogConfig, MaintenanceConfig
-    from router.tables import create_table, load_table
-    from router.writer import TableResult
+    from router.catalog import create_table, load_table
+    from router.descriptors import TableResult
 
     defaults = MaintenanceConfig()
     maintenance = MaintenanceConfig(

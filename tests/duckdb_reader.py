@@ -12,7 +12,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from router.summary import duckdb_connect, metadata_path
+from router.cli.summary import duckdb_connect, metadata_path
 
 __all__ = ["connect", "read_iceberg", "read_iceberg_rows"]
 

@@ -7,7 +7,7 @@ keeps tables fast to read and cheap to commit to.
 
 from router.exceptions import CompactionConflict, MaintenanceError, UnsupportedLocation
 from router.maintenance.compaction import (
-    CompactionGroup, CompactionResult, compact, live_data_files, plan_compaction, plan_expiry, plan_groups,
+    CompactionGroup, CompactionResult, compact, live_data_files, plan_compaction, plan_groups,
 )
 from router.maintenance.files import (
     ExpiryResult, expire, metadata_file_count, reachable_files, referenced_files, remove_orphans,
@@ -18,7 +18,7 @@ from router.maintenance.run import (
 
 __all__ = [
     "CompactionConflict", "MaintenanceError", "UnsupportedLocation", "CompactionGroup", "CompactionResult",
-    "compact", "live_data_files", "plan_compaction", "plan_expiry", "plan_groups", "ExpiryResult", "expire",
+    "compact", "live_data_files", "plan_compaction", "plan_groups", "ExpiryResult", "expire",
     "metadata_file_count", "reachable_files", "referenced_files", "remove_orphans", "MaintenanceReport",
     "MaintenanceScheduler", "format_reports", "list_tables", "maintain_command", "maintain_table",
 ]

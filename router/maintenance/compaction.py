@@ -26,8 +26,8 @@ from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFil
 from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
 from pyiceberg.utils.properties import property_as_int
 
+from router.catalog import backoff
 from router.exceptions import CompactionConflict, MaintenanceError
-from router.tables import backoff
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -84,15 +84,6 @@ def plan_groups(files: Iterable[DataFile], target_file_size_bytes: int, min_inpu
         label = partition_path(members[0])
         groups += [CompactionGroup(spec_id, partition, label, tuple(b)) for b in bins if len(b) >= min_input_files]
     return sorted(groups, key=lambda g: (g.spec_id, g.partition_path, -len(g.files)))
-
-
-def plan_expiry(snapshots: Sequence[Any], current_snapshot_id: int | None, retain_last: int,
-                max_age_seconds: float, now: float) -> list[int]:
-    """Snapshot ids router.commit.expire_snapshots would expire (for dry runs)."""
-    ordered = sorted(snapshots, key=lambda s: s.timestamp_ms)
-    keep = {s.snapshot_id for s in ordered[-retain_last:]} | {current_snapshot_id}
-    cutoff = (now - max_age_seconds) * 1000
-    return [s.snapshot_id for s in ordered if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
 
 
 def live_data_files(table) -> list[DataFile]:

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from pyarrow.fs import FileSelector
 
-from router.commit import expire_snapshots
+from router.catalog import expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
 from router.maintenance.compaction import LOCAL_SCHEMES, _delete, _name
 
@@ -49,7 +49,7 @@ def reachable_files(table, include_deleted_entries: bool = False) -> set[str]:
 
 
 def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool = True) -> ExpiryResult:
-    """Expire old snapshots (router.commit.expire_snapshots), then delete the files only they used."""
+    """Expire old snapshots (router/catalog/expiry.py), then delete the files only they used."""
     before = reachable_files(table) if delete_files else set()
     expired = expire_snapshots(table, retain_last, max_age_seconds)
     result = ExpiryResult(expired=expired)

@@ -6,18 +6,13 @@ import fnmatch
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-
-from router.config import MaintenanceConfig
+from router.catalog import load_table, snapshots_to_expire
+from router.config import MaintenanceConfig, RouterConfig
 from router.exceptions import CompactionConflict, UnsupportedLocation
-from router.maintenance.compaction import (
-    CompactionGroup, CompactionResult, _name, compact, plan_compaction, plan_expiry,
-)
+from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
 from router.maintenance.files import expire, metadata_file_count, remove_orphans
-
-if TYPE_CHECKING:
-    from router.config import RouterConfig
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -65,8 +60,7 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
     report.metadata_files_before = metadata_file_count(table)
     retain, age = config.retain_last_snapshots, config.max_snapshot_age_seconds
     if dry_run:
-        report.expired_snapshots = len(plan_expiry(table.metadata.snapshots, table.metadata.current_snapshot_id,
-                                                   retain, age, time.time()))
+        report.expired_snapshots = len(snapshots_to_expire(table.metadata, retain, age))
         report.planned_groups = plan_compaction(table, config.target_file_size_bytes)
     else:
         report.expired_snapshots = expire(table, retain, age).expired
@@ -184,8 +178,6 @@ class MaintenanceScheduler:
         return [n for _, n in sorted(waiting)][: self.max_tables]
 
     def maybe_run(self, table_names: Iterable[str]) -> list[MaintenanceReport]:
-        from router.tables import load_table
-
         reports = []
         for name in self.due(table_names):
             self.last_run[name] = self.clock()

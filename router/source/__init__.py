@@ -19,6 +19,7 @@ from router.source.exceptions import (
 )
 from router.source.offsets import ResumePlan, split_key
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+from router.source.spark_options import to_jvm_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,8 +53,6 @@ def jvm_kafka_available(spark: "SparkSession") -> bool:
 
 def jvm_kafka_options(options: KafkaSourceOptions) -> dict[str, str]:
     """The equivalent options of Spark's JVM Kafka source (librdkafka names passed as kafka.*)."""
-    from router.source.spark_options import to_jvm_options
-
     return to_jvm_options(options)
 
 
@@ -61,7 +60,7 @@ def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_py
                  resume_json: str | None = None) -> "DataFrame":
     """A streaming DataFrame over the subscription; ``force_python`` skips the JVM connector.
 
-    ``resume_json`` (router/resume.py) moves the start to where the tables are; Spark's JVM
+    ``resume_json`` (router/driver/resume.py) moves the start to where the tables are; Spark's JVM
     connector only takes it as its starting offsets (when there is no checkpoint).
     """
     if not force_python and jvm_kafka_available(spark):
@@ -73,6 +72,7 @@ def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_py
                 starting.setdefault(topic, {})[partition] = offset
             options = dataclasses.replace(options, starting_offsets=starting)
         return spark.readStream.format("kafka").options(**jvm_kafka_options(options)).load()
+    # deferred: the datasource needs pyspark, and this package's offsets and options run without Spark
     from router.source.datasource import RESUME_KEY, SOURCE_NAME, KafkaDataSource
 
     if options.target_tasks is None:

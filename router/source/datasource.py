@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from router.source.exceptions import OffsetsError, SourceOptionsError
+from router.source.fetch import read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
     Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
@@ -132,7 +133,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading ----------------------------------------------------------
     def plan(self, start: dict, end: dict) -> list[Range]:
-        """The ranges of a batch; the tables' offsets may move its start (router/resume.py)."""
+        """The ranges of a batch; the tables' offsets may move its start (router/driver/resume.py)."""
         end = normalize(end)
         begin = resume_start(normalize(start), end, self._resume, first=self._planned == 0)
         self._planned += 1
@@ -144,8 +145,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaInputPartition(self.options_json, tuple(r.as_tuple() for r in task)) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from router.source.fetch import read_ranges
-
         assert isinstance(partition, KafkaInputPartition)
         return read_ranges(partition.options_json, [Range(*r) for r in partition.ranges])
 

@@ -217,7 +217,7 @@ def pack_ranges(
 
 @dataclass
 class ResumePlan:
-    """Start offsets decided from what the tables hold (router/resume.py computes it on the driver)."""
+    """Start offsets decided from what the tables hold (router/driver/resume.py computes it on the driver)."""
 
     resume: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> offset
     backfill: dict[str, int] = field(default_factory=dict)  # new tables' start, applied in the first batch

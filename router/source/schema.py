@@ -39,6 +39,6 @@ def kafka_struct_type(include_headers: bool = True) -> StructType:
 @functools.lru_cache(maxsize=2)
 def kafka_arrow_schema(include_headers: bool = True) -> pa.Schema:
     """The Arrow schema pyspark 4.3 checks ``read()`` batches against, derived from Spark's own mapping."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.pandas.types import to_arrow_schema  # deferred: loads pandas, only needed by readers
 
     return to_arrow_schema(kafka_struct_type(include_headers), timezone="UTC")

@@ -6,8 +6,10 @@ import decimal
 
 import pyarrow as pa
 import pytest
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.transforms import DayTransform
 
-from evolution.apply import apply_plan, create_table_from_plan
+from evolution.apply import apply_plan
 from evolution.arrow import iceberg_to_arrow
 from evolution.avro import avro_field_aliases, avro_to_iceberg
 from evolution.changes import MappedSchema
@@ -47,6 +49,11 @@ ROW2 = {"id": 2**40, "score": 2.25, "amount": decimal.Decimal("1234567890123456.
         "attrs": [("k", {"v": 8, "note": "hi"})], "email": "bob@example.com"}
 
 
+def create_table(catalog, identifier: str, plan):
+    """The table a new-table plan describes (the job creates it with router/catalog/tables.py)."""
+    return catalog.create_table(identifier, schema=plan.target)
+
+
 def mapped(avro) -> MappedSchema:
     return MappedSchema(avro_to_iceberg(avro), avro_field_aliases(avro))
 
@@ -68,8 +75,9 @@ def _normalise(row: dict) -> dict:
 def test_evolve_write_read_back(evo_catalog) -> None:
     catalog, ns = evo_catalog
     create = plan_evolution(None, [mapped(V1)], table=f"{ns}.events")
-    table = create_table_from_plan(catalog, f"{ns}.events", create,
-                                   partition_spec_config=[{"column": "ts", "transform": "day"}])
+    spec = PartitionSpec(PartitionField(source_id=create.target.find_field("ts").field_id, field_id=1000,
+                                        transform=DayTransform(), name="ts_day"))
+    table = catalog.create_table(f"{ns}.events", schema=create.target, partition_spec=spec)
     assert table.schema().as_struct() == create.target.as_struct()
     append(table, [ROW1])
 
@@ -104,7 +112,7 @@ def test_evolve_write_read_back(evo_catalog) -> None:
 def test_apply_on_table_commits_directly(evo_catalog) -> None:
     catalog, ns = evo_catalog
     base = rec(("id", "long"), ("name", "string"))
-    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(None, [mapped(base)],
+    table = create_table(catalog, f"{ns}.t", plan_evolution(None, [mapped(base)],
                                    EvolutionPolicy(optional_on_create=False)))
     append(table, [{"id": 1, "name": "x"}])
     plan = plan_evolution(table.schema(), [mapped(rec(("id", "long")))])
@@ -118,7 +126,7 @@ def test_apply_on_table_commits_directly(evo_catalog) -> None:
 
 def test_stale_plan_is_rejected_as_transient(evo_catalog) -> None:
     catalog, ns = evo_catalog
-    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "int")))]))
+    table = create_table(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "int")))]))
     plan_a = plan_evolution(table.schema(), [mapped(rec(("id", "int"), ("a", opt("int"))))])
     plan_b = plan_evolution(table.schema(), [mapped(rec(("id", "int"), ("b", opt("int"))))])
     apply_plan(table, plan_a)
@@ -130,7 +138,7 @@ def test_stale_plan_is_rejected_as_transient(evo_catalog) -> None:
 
 def test_frozen_plan_raises_and_changes_nothing(evo_catalog) -> None:
     catalog, ns = evo_catalog
-    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "long")))]))
+    table = create_table(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "long")))]))
     plan = plan_evolution(table.schema(), [mapped(rec(("id", "string"), ("x", opt("int"))))],
                           EvolutionPolicy(type_change=Mode.FREEZE))
     with pytest.raises(EvolutionViolation) as err:
@@ -141,7 +149,7 @@ def test_frozen_plan_raises_and_changes_nothing(evo_catalog) -> None:
 
 def test_dlq_violation_still_applies_legal_changes(evo_catalog) -> None:
     catalog, ns = evo_catalog
-    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "long")))]))
+    table = create_table(catalog, f"{ns}.t", plan_evolution(None, [mapped(rec(("id", "long")))]))
     plan = plan_evolution(table.schema(), [mapped(rec(("id", "string"), ("x", opt("int"))))])
     assert plan.blocked and [v.outcome for v in plan.violations] == [Mode.DLQ]
     apply_plan(table, plan)
@@ -149,22 +157,17 @@ def test_dlq_violation_still_applies_legal_changes(evo_catalog) -> None:
     assert [(f.name, str(f.field_type)) for f in schema.fields] == [("id", "long"), ("x", "int")]
 
 
-def test_new_table_refused_and_existing_table_loaded(evo_catalog) -> None:
+def test_new_table_plan_is_not_applied(evo_catalog) -> None:
     catalog, ns = evo_catalog
-    refused = plan_evolution(None, [mapped(rec(("id", "long")))], EvolutionPolicy(new_table=Mode.DLQ))
-    with pytest.raises(EvolutionViolation):
-        create_table_from_plan(catalog, f"{ns}.t", refused)
     plan = plan_evolution(None, [mapped(rec(("id", "long")))])
-    first = create_table_from_plan(catalog, f"{ns}.t", plan)
-    second = create_table_from_plan(catalog, f"{ns}.t", plan)  # lost a creation race: load theirs
-    assert second.metadata.table_uuid == first.metadata.table_uuid
+    table = create_table(catalog, f"{ns}.t", plan)
     with pytest.raises(ApplyError):
-        apply_plan(first, plan)
+        apply_plan(table, plan)
 
 
 def test_case_insensitive_apply(evo_catalog) -> None:
     catalog, ns = evo_catalog
-    table = create_table_from_plan(catalog, f"{ns}.t", plan_evolution(
+    table = create_table(catalog, f"{ns}.t", plan_evolution(
         None, [mapped(rec(("Id", "int"), ("Addr", rec(("City", "string"), name="Addr"))))]))
     incoming = rec(("id", "long"), ("addr", rec(("city", "string"), ("zip", opt("string")), name="Addr")))
     plan = plan_evolution(table.schema(), [mapped(incoming)], case_sensitive=False)

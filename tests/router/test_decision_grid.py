@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from router import demo_data as data
-from router.checking import check_command
-from router.planning import plan_command
-from router.tables import load_table
-from tests.router.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
+import router.cli.demo_data as data
+from router.planning.check import check_command
+from router.planning.plan import plan_command
+from router.catalog import load_table
+from tests.router.executor.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
 
 
 def rec(*fields: tuple[str, Any]) -> dict:

@@ -11,15 +11,16 @@ import pickle
 
 import pytest
 
-from router import demo_data as data
-from router.commit import commit_all
-from router.dlq import ensure_dead_letter_table
+import router.cli.demo_data as data
+from router.driver.commits import commit_all
+from router.executor.dead_letters import ensure_dead_letter_table
 from router.progress import property_name, stored_progress
-from router.resume import plan_resume
+from router.driver.resume import plan_resume
 from router.source.offsets import ResumePlan, resume_start
-from router.tables import load_table
-from router.writer import STATS_ROW, TableResult, process_partition
-from tests.router.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
+from router.catalog import load_table
+from router.descriptors import STATS_ROW, TableResult
+from router.executor.tasks import process_partition
+from tests.router.executor.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
 
 
 def orders(enc, topic, offsets, partition=0):

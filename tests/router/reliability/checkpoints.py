@@ -22,8 +22,8 @@ import re
 import shutil
 from pathlib import Path
 
-from router import demo_data as data
-from router.routes import normalise_identifier_part
+import router.cli.demo_data as data
+from router.routing import normalise_identifier_part
 from tests.router.reliability.helpers import (
     Ledger, Tally, create_topics, load_catalog_from, register, run_job, write_config,
 )

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from router import demo_data as data
+import router.cli.demo_data as data
 from tests.router.reliability.appender import APPENDER_TOPIC
 from tests.router.reliability.helpers import JobProcess, Ledger, Tally, create_topics, job_env, register, write_config
 from tests.router.reliability.scenarios import Outcome, Services, encode, new_prefix

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from router import demo_data as data
+import router.cli.demo_data as data
 
 REPO = Path(__file__).resolve().parents[3]
 Coord = tuple[str, int, int]
@@ -197,7 +197,7 @@ class Ledger:
 
 
 # ---------------------------------------------------------------- reading back with DuckDB
-from router.summary import metadata_path  # noqa: E402  (re-exported for the scenario modules)
+from router.cli.summary import metadata_path  # noqa: E402  (re-exported for the scenario modules)
 
 
 def read_coords(con, table) -> Counter:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from router import demo_data as data
+import router.cli.demo_data as data
 from tests.router.reliability.helpers import (
     JobProcess, Ledger, Tally, create_topics, load_catalog_from, register, run_job, wait_for, write_config,
 )
@@ -84,7 +84,7 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
     catalog_props = services.catalog_props
 
     def table_of(topic: str, headers=None) -> list[str]:
-        from router.routes import normalise_identifier_part
+        from router.routing import normalise_identifier_part
 
         return [f"{raw}.{normalise_identifier_part(topic)}"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import fastavro
 
-from router import demo_data as data
+import router.cli.demo_data as data
 from tests.router.reliability.helpers import (
     Ledger, Tally, create_topics, load_catalog_from, register, run_job, write_config,
 )
@@ -117,7 +117,7 @@ def bad_input(services: Services, workdir: Path, verbose: bool = True) -> Outcom
     code_v2 = {k: _register_unchecked(reg, f"{t[k]}-value", CODE_V2) for k in ("freeze_t", "dlq_t")}
 
     def table_of(topic: str) -> str:
-        from router.routes import normalise_identifier_part
+        from router.routing import normalise_identifier_part
 
         return f"{raw}.{normalise_identifier_part(topic)}"
 

@@ -1,0 +1,10 @@
+"""Table access shared by the driver, the executors and the commands: catalog and table
+handles cached per process, table creation with our defaults, and the snapshot expiry rule."""
+
+from router.catalog.expiry import expire_snapshots, snapshots_to_expire
+from router.catalog.tables import (
+    DEFAULT_TABLE_PROPERTIES, backoff, create_table, get_catalog, load_table, parse_partition_spec,
+)
+
+__all__ = ["DEFAULT_TABLE_PROPERTIES", "backoff", "create_table", "expire_snapshots", "get_catalog", "load_table",
+           "parse_partition_spec", "snapshots_to_expire"]

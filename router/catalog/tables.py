@@ -1,0 +1,141 @@
+"""Per-process catalog and table handles, table creation and partition specs.
+
+Spark executors receive only the (picklable) CatalogConfig; the pyiceberg
+catalog and the loaded tables are built lazily once per Python worker process
+and kept in module-level caches, never captured in closures.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any, Mapping, Sequence
+
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import (
+    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform,
+    YearTransform,
+)
+
+from router.config import PARTITION_PATTERN, CatalogConfig
+from router.exceptions import ConfigError
+
+# Properties every table created by icerouter gets (the user's properties win).
+DEFAULT_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+    "commit.retry.num-retries": "0",  # we own the retry loop (DESIGN.md)
+    "write.parquet.compression-codec": "zstd",
+}
+
+TRANSFORMS = {
+    "identity": lambda args: IdentityTransform(),
+    "year": lambda args: YearTransform(),
+    "month": lambda args: MonthTransform(),
+    "day": lambda args: DayTransform(),
+    "hour": lambda args: HourTransform(),
+    "bucket": lambda args: BucketTransform(int(args[0])),
+    "truncate": lambda args: TruncateTransform(int(args[0])),
+}
+
+_catalogs: dict[tuple, Any] = {}
+_tables: dict[tuple, Any] = {}
+_lock = threading.RLock()
+
+
+def _key(config: CatalogConfig) -> tuple:
+    return (config.name, tuple(sorted((k, str(v)) for k, v in config.properties.items())))
+
+
+def get_catalog(config: CatalogConfig):
+    """The process-wide catalog for this config (built on first use)."""
+    key = _key(config)
+    with _lock:
+        catalog = _catalogs.get(key)
+        if catalog is None:
+            catalog = _catalogs[key] = config.load()
+        return catalog
+
+
+def load_table(config: CatalogConfig, identifier: str, refresh: bool = False):
+    """A cached table handle; `refresh=True` re-reads metadata. Raises NoSuchTableError."""
+    key = (_key(config), identifier)
+    with _lock:
+        table = _tables.get(key)
+    if table is None:
+        table = get_catalog(config).load_table(identifier)
+    elif refresh:
+        table = table.refresh()
+    with _lock:
+        _tables[key] = table
+    return table
+
+
+def parse_partition_spec(schema: Schema, spec: Sequence[str]) -> PartitionSpec:
+    """`["day(event_time)", "bucket(16, id)", "identity(country)"]` -> PartitionSpec on `schema`."""
+    fields = []
+    for i, text in enumerate(spec):
+        m = PARTITION_PATTERN.fullmatch(text)
+        if not m or m.group(1) not in TRANSFORMS:
+            raise ConfigError(f"partition_by: {text!r} is not one of {', '.join(TRANSFORMS)}(<column>)")
+        name, arg, column = m.group(1), m.group(2), m.group(3)
+        if name in ("bucket", "truncate") and arg is None:
+            raise ConfigError(f"partition_by: {text!r} needs a width, e.g. {name}(16, {column})")
+        try:
+            source = schema.find_field(column)
+        except ValueError:
+            raise ConfigError(f"partition_by: column {column!r} is not in the table schema") from None
+        transform = TRANSFORMS[name]([arg])
+        label = column.replace(".", "_") if name == "identity" else f"{column.replace('.', '_')}_{name}"
+        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=transform, name=label))
+    return PartitionSpec(*fields)
+
+
+def create_table(config: CatalogConfig, identifier: str, schema: Schema, partition_by: Sequence[str] = (),
+                 properties: Mapping[str, str] | None = None):
+    """Create a table (and its namespace); if someone else created it meanwhile, load theirs."""
+    catalog = get_catalog(config)
+    namespace = identifier.rsplit(".", 1)[0]
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    except Exception:  # two tasks creating it at once: the loser sees a unique-key violation
+        if namespace not in {".".join(ns) for ns in catalog.list_namespaces()}:
+            raise
+    props = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
+    try:
+        usable = [p for p in partition_by if _column_of(p) and _has(schema, _column_of(p))]
+        spec = parse_partition_spec(schema, usable) if usable else PartitionSpec()
+        table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+    except TableAlreadyExistsError:
+        table = catalog.load_table(identifier)
+    except Exception:  # a concurrent creation can also surface as a unique-key violation
+        if not catalog.table_exists(identifier):
+            raise
+        table = catalog.load_table(identifier)
+    with _lock:
+        _tables[(_key(config), identifier)] = table
+    return table
+
+
+def _column_of(spec: str) -> str | None:
+    m = PARTITION_PATTERN.fullmatch(spec)
+    return m.group(3) if m else None
+
+
+def _has(schema: Schema, column: str) -> bool:
+    try:
+        schema.find_field(column)
+        return True
+    except ValueError:
+        return False
+
+
+def backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> None:
+    """Full-jitter exponential backoff."""
+    time.sleep(random.uniform(0, min(cap, base * (2 ** attempt))))

@@ -1,0 +1,156 @@
+"""`icerouter` command line: parse arguments, call the library, map errors to exit codes.
+
+Exit codes: 0 ok, 1 a change or schema is blocked / incompatible (or the job
+failed), 2 usage or configuration error, 3 could not decide (`plan` / `check`:
+the schema registry or the catalog was unreachable, timed out or refused us).
+Errors are one line on stderr, never a traceback (set ICEROUTER_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from typing import Callable, Sequence
+
+from router.config import load_config
+from router.exceptions import ConfigError, RouterError
+from router.maintenance import maintain_command
+from router.planning.check import check_command
+from router.planning.plan import plan_command
+
+EXIT_OK, EXIT_BLOCKED, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 3
+DECIDING_COMMANDS = ("plan", "check")  # an unexpected error there is "could not decide", not "blocked"
+
+EXIT_CODES = """exit codes:
+  0  ok: every schema compatible, no table change blocked
+  1  blocked: a schema is incompatible or invalid, or a table change is refused (or the job failed)
+  2  usage or configuration error
+  3  could not decide (plan, check), nothing found blocked: the schema registry or the Iceberg
+     catalog was unreachable, timed out or refused us; the message names the service and its URL"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        print(f"icerouter: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the streaming job")
+    run.add_argument("--config", required=True, help="YAML configuration file")
+    run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    run.set_defaults(handler=cmd_run)
+
+    plan = sub.add_parser("plan", help="dry run: what would change in the tables", epilog=EXIT_CODES,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("--config", required=True)
+    plan.add_argument("--subject", action="append", default=[], help="registry subject (repeatable); "
+                      "SUBJECT (latest version) or SUBJECT:VERSION")
+    plan.add_argument("--schema-file", help="local .avsc or JSON Schema file")
+    plan.add_argument("--table", help="target table for --schema-file, with its namespace (raw.orders)")
+    plan.add_argument("--topic", help="topic the --schema-file is for (default: the file name, then "
+                      "kafka.topics): selects the routes, their projections and policies")
+    plan.add_argument("--format", choices=("text", "json"), default="text")
+    plan.set_defaults(handler=cmd_plan)
+
+    check = sub.add_parser("check", help="CI gate: registry compatibility + Iceberg evolvability",
+                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("--config", required=True)
+    check.add_argument("--schemas", required=True, help="directory of <subject>.avsc / <subject>.json files")
+    check.add_argument("--format", choices=("text", "json", "junit"), default="text")
+    check.set_defaults(handler=cmd_check)
+
+    maintain = sub.add_parser("maintain", help="expire snapshots, compact small files, remove orphans")
+    maintain.add_argument("--config", required=True)
+    maintain.add_argument("--table", default="*", help="table name or glob pattern (default: all)")
+    maintain.add_argument("--dry-run", action="store_true")
+    maintain.set_defaults(handler=cmd_maintain)
+
+    demo = sub.add_parser("demo", help="embedded stack, sample data, live job")
+    demo.add_argument("--topics", type=int, default=50)
+    demo.add_argument("--records", type=int, default=20_000, help="records per phase")
+    demo.add_argument("--workdir", default=None, help="where to keep the demo stack (default: temp dir)")
+    demo.add_argument("--s3", action="store_true",
+                      help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def cmd_run(args) -> int:
+    from router.driver.job import run  # deferred: only `run` and `demo` need pyspark
+
+
+    config = load_config(args.config)
+    run(config, available_now=args.available_now)
+    return EXIT_OK
+
+
+def cmd_plan(args) -> int:
+    config = load_config(args.config)
+    if not args.subject and not args.schema_file:
+        raise ConfigError("plan: give --subject S (repeatable) or --schema-file F --table T")
+    if args.schema_file and not args.table:
+        raise ConfigError("plan: --schema-file needs --table")
+    output, blocked = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
+                                   table=args.table, fmt=args.format, topic=args.topic)
+    print(output)
+    return EXIT_BLOCKED if blocked else EXIT_OK
+
+
+def cmd_check(args) -> int:
+    config = load_config(args.config)
+    output, code, unreachable = check_command(config, args.schemas, fmt=args.format)
+    print(output)
+    for line in unreachable:
+        print(f"icerouter: error: {line}", file=sys.stderr)
+    return code
+
+
+def cmd_maintain(args) -> int:
+    config = load_config(args.config)
+    output = maintain_command(config, args.table, dry_run=args.dry_run)
+    print(output)
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from router.cli.demo import run_demo  # deferred: only `run` and `demo` need pyspark
+
+    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pyspark", "urllib3", "httpx", "httpx2", "httpcore", "httpcore2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    handler: Callable = args.handler
+    try:
+        return handler(args)
+    except RouterError as exc:
+        _fail(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("icerouter: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # anything unexpected: one line
+        _fail(exc)
+        return EXIT_UNDECIDED if args.command in DECIDING_COMMANDS else EXIT_BLOCKED
+
+
+def _fail(exc: BaseException) -> None:
+    if os.environ.get("ICEROUTER_DEBUG"):
+        traceback.print_exception(exc)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    print(f"icerouter: error: {text}", file=sys.stderr)

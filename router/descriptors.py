@@ -1,0 +1,135 @@
+"""What crosses between the driver and the tasks of a micro-batch, defined once.
+
+Out: a `DispatchContext` (configs only, small and picklable). Back: one
+descriptor row per table a task wrote (a pickled `TableResult`: data files, row
+counts, offsets covered) plus one stats row (phase timings, the offsets the task
+read and, in fused mode, its ranges). The data itself never reaches the driver.
+Both sides import this module and nothing else of each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from router import progress
+from router.config import CatalogConfig, DlqConfig, TablesConfig
+from router.routing import RoutingTable
+
+STATS_ROW = ""  # the descriptor row carrying a task's phase timings
+READ_STAT = "read"  # in the stats row: "topic/partition" -> [min, max] of every record the task read
+RANGES_STAT = "ranges"  # in the stats row (fused read): the offset ranges the task read
+DESCRIPTOR_SCHEMA = pa.schema([pa.field("table", pa.string()), pa.field("descriptor", pa.binary())])
+
+
+@functools.lru_cache(maxsize=1)
+def descriptor_spark_schema() -> Any:
+    """DESCRIPTOR_SCHEMA as a Spark StructType (mapInArrow output, fused source schema)."""
+    # deferred: the commit path and its tests run without Spark
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(DESCRIPTOR_SCHEMA)
+
+
+@dataclass(frozen=True)
+class DispatchContext:
+    """Everything a task needs; small and picklable (configs only, no clients)."""
+
+    job: str
+    batch_id: int
+    catalog: CatalogConfig
+    registry: Any  # registry.config.RegistryConfig
+    routing: RoutingTable
+    policies: Any  # evolution.policy.PolicySet
+    tables: TablesConfig
+    dlq: DlqConfig
+    unmatched: str = "dlq"
+    tombstones: str = "ignore"
+    dlq_producer: dict | None = None
+    quarantined: frozenset = frozenset()
+    # Second pass after failed commits: only dead-letter the records of these tables.
+    redirect: frozenset = frozenset()
+
+
+def _widen(into: dict, other: dict) -> None:
+    for key, (lo, hi) in other.items():
+        cur = into.get(key)
+        into[key] = [min(lo, cur[0]), max(hi, cur[1])] if cur else [lo, hi]
+
+
+@dataclass
+class TableResult:
+    """What one task did for one table; merged on the driver per table."""
+
+    table: str
+    data_files: list = field(default_factory=list)
+    rows: int = 0
+    schema_ids: set = field(default_factory=set)
+    offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max]
+    changes: list = field(default_factory=list)
+    failure: str | None = None
+    dead_letters: int = 0
+    discarded: int = 0
+    broken: bool = False  # an error (not a policy outcome) failed this table
+    replayed: int = 0  # rows dropped because the table already held them (a replay or a rewind)
+    settled: dict = field(default_factory=dict)  # dead-letter table only: "topic/partition" -> [min, max] read
+
+    def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
+        progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
+
+    def merge(self, other: "TableResult") -> None:
+        self.data_files += other.data_files
+        self.rows += other.rows
+        self.schema_ids |= other.schema_ids
+        _widen(self.offsets, other.offsets)
+        self.changes += [c for c in other.changes if c not in self.changes]
+        self.failure = self.failure or other.failure
+        self.dead_letters += other.dead_letters
+        self.discarded += other.discarded
+        self.broken = self.broken or other.broken
+        self.replayed += other.replayed
+        _widen(self.settled, other.settled)
+
+
+def encode_descriptors(results: Iterable[TableResult], stats: dict) -> pa.RecordBatch:
+    """Task side: one row per table result plus the stats row."""
+    results = list(results)
+    tables = [r.table for r in results] + [STATS_ROW]
+    payloads = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in results]
+    payloads.append(pickle.dumps(stats))
+    return pa.RecordBatch.from_arrays([pa.array(tables, pa.string()), pa.array(payloads, pa.binary())],
+                                      schema=DESCRIPTOR_SCHEMA)
+
+
+@dataclass
+class BatchDescriptors:
+    """Driver side: the descriptor rows of every task of a pass, merged per table."""
+
+    results: dict[str, TableResult] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    ranges: list = field(default_factory=list)
+    read: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] of the records read
+
+
+def decode_descriptors(rows: Iterable[tuple[str, bytes]]) -> BatchDescriptors:
+    out = BatchDescriptors()
+    for table, blob in rows:
+        if table == STATS_ROW:
+            for key, value in pickle.loads(blob).items():
+                if key == RANGES_STAT:
+                    out.ranges.append(value)
+                elif key == READ_STAT:
+                    _widen(out.read, value)
+                else:
+                    out.timings[key] = out.timings.get(key, 0) + value
+            continue
+        result: TableResult = pickle.loads(blob)
+        if result.table in out.results:
+            out.results[result.table].merge(result)
+        else:
+            out.results[result.table] = result
+    return out

@@ -1,0 +1,213 @@
+"""The foreachBatch function: fan the batch out to executors, commit on the driver.
+
+One Spark pass per batch (`mapInArrow`, or the fused source tasks that already
+wrote): executors route, decode, evolve and write files, and return small
+per-table descriptors. The driver then commits every table in parallel. A table
+whose commit fails after all retries is quarantined for this batch: a second,
+narrow pass re-reads only its records and dead-letters them with the original
+bytes, so nothing is lost and no other table waits. The dead-letter table is
+committed last, with the same batch id, so a replay after a crash neither loses
+nor duplicates dead letters.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+from router.config import RouterConfig
+from router.descriptors import DispatchContext, TableResult, decode_descriptors, descriptor_spark_schema
+from router.driver.commits import CommitReport, commit_all
+from router.driver.fused_stream import redirect_pass
+from router.driver.housekeeping import BackgroundMaintenance, SnapshotExpirer
+from router.driver.status import BatchStats, query_lag, write_status
+from router.exceptions import is_transient
+from router.executor.dead_letters import ensure_dead_letter_table
+from router.executor.fused_reader import write_quarantine
+from router.executor.tasks import process_partition
+from router.routing import RoutingTable
+
+log = logging.getLogger("icerouter.job")
+
+QUARANTINE_AFTER = 3  # consecutive failing batches before a table is quarantined until restart
+
+
+class Dispatcher:
+    """Callable passed to `foreachBatch`; holds driver-side state between batches.
+
+    `fused_options` (the source options JSON) when the source tasks write themselves
+    (router/executor/fused_reader.py), with the `quarantine_file` they read; `spark`,
+    the session the query runs in, for the lag in the batch line and the status file.
+    """
+
+    def __init__(self, config: RouterConfig, *, fused_options: str | None = None,
+                 quarantine_file: str | None = None, spark: Any = None,
+                 listeners: Sequence[Callable[[BatchStats], None]] = (), transient_retry_seconds: float = 600.0):
+        self.config = config
+        self.routing = RoutingTable(config.routes, config.tables, config.dlq)
+        self.registry = config.registry_config()
+        self.policies = config.policies()
+        self.expirer = SnapshotExpirer(config.catalog, config.maintenance)
+        self.compactor = BackgroundMaintenance(config)
+        self.transient_retry_seconds = transient_retry_seconds
+        self.history: list[BatchStats] = []
+        self.totals = {"rows": 0, "dead_letters": 0, "batches": 0}
+        self.table_rows: dict[str, int] = {}
+        self.listeners = list(listeners)
+        self.failure_streak: dict[str, int] = {}
+        self.quarantined: dict[str, str] = {}
+        self.last_timings: dict = {}
+        self.last_ranges: list = []
+        self.last_read: dict = {}  # "topic/partition" -> [min, max] of the records the batch read
+        self.fused = fused_options
+        self.quarantine_file = quarantine_file
+        self.spark = spark
+
+    def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
+        dlq_producer = None
+        if self.config.dlq.topic:
+            dlq_producer = {"bootstrap.servers": self.config.kafka.bootstrap_servers,
+                            **{k: v for k, v in self.config.kafka.client.items() if not k.startswith("consumer.")}}
+        return DispatchContext(
+            job=self.config.job.name, batch_id=batch_id, catalog=self.config.catalog, registry=self.registry,
+            routing=self.routing, policies=self.policies, tables=self.config.tables, dlq=self.config.dlq,
+            unmatched=self.config.unmatched, tombstones=self.config.tombstones, dlq_producer=dlq_producer,
+            redirect=redirect, quarantined=frozenset(self.quarantined))
+
+    def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
+        if ctx.redirect and self.fused is not None:
+            rows = redirect_pass(df.sparkSession, self.fused, self.last_ranges, ctx)
+        elif self.fused is not None:
+            rows = [(r["table"], r["descriptor"]) for r in df.collect()]  # tasks already decoded and wrote
+        else:
+            fn = functools.partial(process_partition, ctx=ctx)
+            rows = [(r["table"], r["descriptor"]) for r in df.mapInArrow(fn, descriptor_spark_schema()).collect()]
+        batch = decode_descriptors(rows)
+        if not ctx.redirect:
+            self.last_timings, self.last_ranges, self.last_read = batch.timings, batch.ranges, batch.read
+        return batch.results
+
+    def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
+        deadline = time.monotonic() + self.transient_retry_seconds
+        delay = 1.0
+        while True:
+            try:
+                return self.run_pass(df, ctx)
+            except Exception as exc:
+                if not is_transient(exc) or time.monotonic() > deadline:
+                    raise
+                stats.attempts += 1
+                log.warning("batch %s: transient failure, retrying in %.0fs: %s", ctx.batch_id, delay,
+                            str(exc).splitlines()[0][:300])
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.perf_counter()
+        stats = BatchStats(batch_id)
+        results = self.dispatch_with_retry(df, self.context(batch_id), stats)
+        stats.dispatch_seconds = time.perf_counter() - started
+        stats.records = int(self.last_timings.get("records", 0))
+        stats.task_seconds = {k: round(v, 3) for k, v in self.last_timings.items() if k != "records"}
+        dlq_table = self.config.dlq.table
+        dlq_result = results.pop(dlq_table, None) if dlq_table else None
+
+        t_commit = time.perf_counter()
+        report = self.commit_with_outage_retry(results, batch_id)
+        failed = {o.table: o.error for o in report.failed}
+        failed.update({r.table: r.failure for r in results.values() if r.failure and r.table not in failed})
+        commit_failed = frozenset(o.table for o in report.failed)
+        if commit_failed:
+            log.error("batch %s: quarantining %s for this batch (records go to the DLQ): %s", batch_id,
+                      ", ".join(sorted(commit_failed)), "; ".join(f"{o.table}: {o.error}" for o in report.failed))
+            redirected = self.dispatch_with_retry(df, self.context(batch_id, redirect=commit_failed), stats)
+            extra = redirected.get(dlq_table) if dlq_table else None
+            if extra is not None:
+                if dlq_result is None:
+                    dlq_result = extra
+                else:
+                    dlq_result.merge(extra)
+        if dlq_table:
+            # Committed last and every batch: its settled offsets say every record the batch read is
+            # now in a table or a dead letter (where a restart without checkpoint may begin).
+            dlq_result = dlq_result or TableResult(dlq_table)
+            dlq_result.settled = dict(self.last_read)
+            ensure_dead_letter_table(self.config.catalog, dlq_table)
+            dlq_report = self.commit_with_outage_retry({dlq_table: dlq_result}, batch_id)  # waits out a catalog outage
+            if dlq_report.failed:
+                # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.
+                raise RuntimeError(f"dead-letter table {dlq_table} commit failed: {dlq_report.failed[0].error}")
+            report.outcomes += dlq_report.outcomes
+            if dlq_report.committed and dlq_result.data_files:
+                stats.dead_letters = dlq_result.rows
+        stats.commit_seconds = time.perf_counter() - t_commit
+
+        for outcome in report.outcomes:
+            self.expirer.after_commit(outcome)
+            if outcome.status == "committed":
+                self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
+        self.compactor.submit([o.table for o in report.committed])
+        broken = {o.table: o.error for o in report.failed}
+        broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
+        self.track_failures(broken, {o.table for o in report.committed})
+        if self.quarantine_file and self.quarantined:
+            write_quarantine(self.quarantine_file, list(self.quarantined))
+        stats.tables_committed = len([o for o in report.committed if o.table != dlq_table and o.files])
+        stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
+        stats.rows_replayed = (sum(r.replayed for r in results.values())
+                               + (dlq_result.replayed if dlq_result is not None else 0)
+                               + sum(o.rows for o in report.outcomes if o.status == "skipped"))
+        stats.tables_failed = len(failed)
+        stats.failed_tables = failed
+        stats.rows_written = sum(o.rows for o in report.committed if o.table != dlq_table)
+        stats.changes = {r.table: r.changes for r in results.values() if r.changes}
+        stats.total_seconds = time.perf_counter() - started
+        self.record(stats)
+
+    def commit_with_outage_retry(self, results: dict[str, TableResult], batch_id: int) -> CommitReport:
+        """Commit every table; while ALL of them fail with catalog connection errors, it is an outage
+        of the catalog, not a bad table: wait and retry instead of quarantining everything."""
+        job = self.config.job
+        report = commit_all(self.config.catalog, results.values(), job.name, batch_id,
+                            threads=job.commit_threads, retries=job.commit_retries)
+        deadline = time.monotonic() + self.transient_retry_seconds
+        delay = 2.0
+        while (report.failed and not report.committed and time.monotonic() < deadline
+               and all(o.transient for o in report.failed)):
+            log.warning("batch %s: catalog unreachable (%s); retrying in %.0fs", batch_id,
+                        (report.failed[0].error or "")[:200], delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            retry = commit_all(self.config.catalog, [results[o.table] for o in report.failed], job.name,
+                               batch_id, threads=job.commit_threads, retries=job.commit_retries)
+            done = [o for o in report.outcomes if o.status != "failed"]
+            report.outcomes = done + retry.outcomes
+        return report
+
+    def track_failures(self, broken: dict[str, str], healthy: set[str]) -> None:
+        """Quarantine a table that failed QUARANTINE_AFTER batches in a row (logged once, with the reason)."""
+        for table in healthy:
+            self.failure_streak.pop(table, None)
+        for table, reason in broken.items():
+            streak = self.failure_streak[table] = self.failure_streak.get(table, 0) + 1
+            if streak >= QUARANTINE_AFTER and table not in self.quarantined:
+                self.quarantined[table] = reason
+                log.error("table %s quarantined after %d failing batches (%s); its records go to the "
+                          "dead-letter table until the job restarts", table, streak, reason)
+
+    def record(self, stats: BatchStats) -> None:
+        stats.lag = query_lag(self.spark, self.config.job.name)
+        self.history.append(stats)
+        self.history = self.history[-100:]
+        self.totals["rows"] += stats.rows_written
+        self.totals["dead_letters"] += stats.dead_letters
+        self.totals["batches"] += 1
+        log.info(stats.line())
+        for table, reason in stats.failed_tables.items():
+            log.error("batch %s: table %s failed: %s", stats.batch_id, table, reason)
+        for listener in self.listeners:
+            listener(stats)
+        if self.config.job.status_file:
+            write_status(self.config.job.status_file, self.config.job.name, self.totals, stats, self.table_rows)

@@ -1,0 +1,43 @@
+"""Fused read, driver half: register the fused source and re-read a batch for its redirect pass.
+
+The tasks themselves (read, decode, write, yield descriptors) are
+router/executor/fused_reader.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from router.descriptors import DispatchContext
+from router.executor.fused_reader import (
+    CONTEXT_KEY, QUARANTINE_KEY, SOURCE_NAME, FusedDataSource, decode_context, encode_context, process_ranges,
+)
+from router.source.datasource import RESUME_KEY
+from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+
+
+def fused_stream(spark, options: KafkaSourceOptions, ctx: DispatchContext, quarantine_file: str,
+                 resume_json: str | None = None):
+    """The streaming DataFrame of descriptor rows (table, descriptor) the fused tasks yield."""
+    if options.target_tasks is None:
+        options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
+    spark.dataSource.register(FusedDataSource)
+    return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
+            .option(CONTEXT_KEY, encode_context(ctx)).option(QUARANTINE_KEY, quarantine_file)
+            .option(RESUME_KEY, resume_json or "").load())
+
+
+def redirect_pass(spark, options_json: str, task_ranges: list[list[tuple]],
+                  ctx: DispatchContext) -> list[tuple[str, bytes]]:
+    """Re-read the batch's ranges and dead-letter the records of `ctx.redirect` tables only."""
+    if not task_ranges:
+        return []
+    payload = encode_context(ctx)
+
+    def run(items):
+        context = decode_context(payload)
+        for ranges in items:
+            for out in process_ranges(options_json, ranges, context):
+                yield from zip(out.column(0).to_pylist(), out.column(1).to_pylist())
+
+    return spark.sparkContext.parallelize(task_ranges, len(task_ranges)).mapPartitions(run).collect()

@@ -1,0 +1,162 @@
+"""Build the Spark session and start the streaming query (driver side, once per start)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import SparkSession
+
+from router.catalog import get_catalog
+from router.config import RouterConfig
+from router.driver.dispatcher import Dispatcher
+from router.driver.fused_stream import fused_stream
+from router.driver.resume import plan_resume
+from router.driver.status import BatchStats
+from router.executor.dead_letters import ensure_dead_letter_table
+from router.executor.fused_reader import write_quarantine
+from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
+from router.source.metadata import BrokerMetadata
+
+log = logging.getLogger("icerouter.job")
+
+SPARK_DEFAULTS = {
+    "spark.master": "local[*]",
+    "spark.app.name": "icerouter",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "4g",
+    "spark.driver.maxResultSize": "1g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # tasks are retried on executors (registry hiccups, lost workers)
+    "spark.task.maxFailures": "4",
+}
+
+
+def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
+    """A SparkSession with our defaults; settings from `job.spark` win. Call before any JVM starts."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # a corrupt Avro payload makes the columnar reader panic (caught, the record is dead-lettered);
+    # keep that to one line in the worker logs instead of a full Rust backtrace
+    os.environ["RUST_BACKTRACE"] = "0"
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or sys.executable)
+    log4j = Path(__file__).with_name("log4j2.properties")
+    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+             "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
+    settings = {**SPARK_DEFAULTS, **quiet, **{k: str(v) for k, v in config.job.spark.items()}, **(extra or {})}
+    master = settings.pop("spark.master")
+    if master.startswith("local[") and "," not in master:
+        master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
+    builder = SparkSession.builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def source_options(config: RouterConfig) -> KafkaSourceOptions:
+    kafka = config.kafka
+    return KafkaSourceOptions(
+        bootstrap=kafka.bootstrap_servers,
+        topics=tuple(kafka.topics),
+        pattern=kafka.pattern,
+        client_config={k: str(v) for k, v in kafka.client.items()},
+        starting_offsets=kafka.starting_offsets,
+        max_records_per_trigger=kafka.max_records_per_batch,
+    )
+
+
+def quarantine_path(job: str) -> str:
+    """Where the driver hands its quarantine set to the source's planner, a process on the same host.
+
+    The set lives as long as the driver process (a restart clears it), so a private temporary
+    file fits; a path derived from the checkpoint would break when the checkpoint is a URI.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
+    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.quarantine.json")
+
+
+def prepare_catalog(config: RouterConfig) -> None:
+    """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
+    once on the driver, so the first tasks never race to do it."""
+    get_catalog(config.catalog)
+    if config.dlq.table:
+        ensure_dead_letter_table(config.catalog, config.dlq.table)
+
+
+def start_positions(config: RouterConfig, options):
+    """Where each partition starts, from the tables' offsets (router/driver/resume.py); logged per topic."""
+    metadata = BrokerMetadata(options)
+    try:
+        partitions = metadata.partitions()
+        earliest, latest = metadata.offsets(partitions, "earliest"), metadata.offsets(partitions, "latest")
+    finally:
+        metadata.close()
+    plan = plan_resume(config, partitions, earliest, latest)
+    for note in plan.notes:
+        log.info("start: %s", note)
+    return plan
+
+
+def start_query(spark, config: RouterConfig, available_now: bool = False,
+                make_dispatcher: Callable[..., Dispatcher] = Dispatcher,
+                listeners: Sequence[Callable[[BatchStats], None]] = ()):
+    """Start the streaming query; returns (query, dispatcher).
+
+    `make_dispatcher` is called with the config and the Dispatcher's keyword arguments
+    (benchmarks pass a subclass that records timings).
+    """
+    options = source_options(config)
+    prepare_catalog(config)
+    resume = start_positions(config, options).to_json()
+    fused = config.job.fused_read and not jvm_kafka_available(spark)
+    quarantine_file = quarantine_path(config.job.name) if fused else None
+    if quarantine_file:
+        write_quarantine(quarantine_file, [])  # a restart clears the quarantine
+    dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
+                                 quarantine_file=quarantine_file, spark=spark, listeners=listeners)
+    if fused:
+        stream = fused_stream(spark, options, dispatcher.context(-1), quarantine_file, resume)
+    else:
+        stream = kafka_stream(spark, options, resume_json=resume)
+    writer = (stream.writeStream.queryName(config.job.name)
+              .option("checkpointLocation", config.job.checkpoint)
+              .foreachBatch(dispatcher))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.job.trigger_seconds} seconds")
+    query = writer.start()
+    log.info("query %s started (checkpoint %s)", config.job.name, config.job.checkpoint)
+    return query, dispatcher
+
+
+def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
+    """Run until stopped (or until caught up with --available-now)."""
+    spark = build_spark(config)
+    query, dispatcher = start_query(spark, config, available_now)
+
+    def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
+        log.info("signal %s: stopping %s after the current batch", signum, config.job.name)
+        threading.Thread(target=query.stop, name="icerouter-stop", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        log.info("stopping %s", config.job.name)
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")
+    return dispatcher

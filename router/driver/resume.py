@@ -1,0 +1,127 @@
+"""Where to start reading, decided by what the tables hold (driver side, once per start).
+
+The Spark checkpoint is a cache of the tables' offsets (router/progress.py), and
+a cache can be lost, replaced by an older copy or disagree with a table restored
+from an older snapshot. At start the job reads, per topic-partition:
+
+- the next offset of every table the partition's topic routes to (tables named
+  by the topic alone, plus, when a route's name depends on data, every table
+  of the catalog that holds offsets of this job);
+- the dead-letter table's settled offset (everything below it is in a table or
+  a dead letter), committed last in every batch;
+- for a routed table this job never committed to (a new route), the configured
+  ``kafka.starting_offsets`` (``earliest`` backfills it).
+
+`resume` is the lowest of these: reading from there loses nothing, and the
+tables drop what they already hold, so nothing is written twice. Without a
+checkpoint the source starts there; with one, the first batch reads from the
+resume offset when the checkpoint is behind it, and from the backfill offset of
+a new table when that is behind the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyiceberg.exceptions import NoSuchTableError
+
+from router.catalog import get_catalog, load_table
+from router.config import RouterConfig
+from router.progress import stored_progress
+from router.routing import RoutingTable
+from router.source.offsets import ResumePlan
+
+log = logging.getLogger("icerouter.resume")
+
+
+def _configured_start(starting, topic: str, partition: int, earliest: int, latest: int) -> int | None:
+    if starting == "earliest":
+        return earliest
+    if starting == "latest":
+        return None
+    value = (starting.get(topic) or {}).get(partition) if isinstance(starting, dict) else None
+    if value is None:
+        return earliest
+    return earliest if value == -2 else latest if value == -1 else int(value)
+
+
+def _progress(config: RouterConfig, identifier: str, cache: dict) -> dict | None:
+    if identifier not in cache:
+        try:
+            doc = stored_progress(load_table(config.catalog, identifier, refresh=True), config.job.name)
+            cache[identifier] = doc if doc.get("batch_id", -1) >= 0 or doc.get("offsets") else None
+        except NoSuchTableError:
+            cache[identifier] = None
+    return cache[identifier]
+
+
+def _job_tables(config: RouterConfig) -> list[str]:
+    """Every table of the catalog (allowed namespaces when set): for routes named by data."""
+    catalog = get_catalog(config.catalog)
+    namespaces = config.tables.allowed_namespaces or [".".join(ns) for ns in catalog.list_namespaces()]
+    out = []
+    for namespace in namespaces:
+        try:
+            out += [".".join(ident) for ident in catalog.list_tables(namespace)]
+        except Exception:  # a namespace that does not exist yet holds no tables
+            continue
+    return out
+
+
+def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earliest: dict[str, int],
+                latest: dict[str, int]) -> ResumePlan:
+    """Pure over the catalog's current state: see the module docstring."""
+    started = time.perf_counter()
+    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    starting = config.kafka.starting_offsets
+    cache: dict[str, dict | None] = {}
+    dynamic = any(p != "topic" for r in routing.routes for p in r.placeholders)
+    discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
+    dlq = _progress(config, config.dlq.table, cache) if config.dlq.table else None
+    plan = ResumePlan()
+    held_topics: dict[str, list[tuple[int, int, str]]] = {}
+    fresh: list[str] = []
+    for topic, partition in sorted(partitions):
+        key = f"{topic}/{partition}"
+        lo, hi = earliest.get(key, 0), latest.get(key, 0)
+        held: list[tuple[int, int, str]] = []  # (offset, preference, why): tables before dead letters
+        new: list[tuple[int, int, str]] = []
+        named = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
+        for table in dict.fromkeys(named + discovered):
+            doc = _progress(config, table, cache)
+            if doc is None or not doc.get("offsets"):
+                if table in named:  # a new route: its table starts where the config says
+                    begin = _configured_start(starting, topic, partition, lo, hi)
+                    if begin is not None:
+                        new.append((begin, 0, f"new table {table}"))
+                        plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
+                continue
+            if key in doc["offsets"]:
+                held.append((doc["offsets"][key], 0, f"table {table}"))
+        if config.dlq.table:
+            settled = (dlq or {}).get("settled", {})
+            if key in settled:
+                held.append((settled[key], 1, "dead letters settled"))
+            elif held:  # tables hold rows of it, but its dead letters were never settled
+                held.append((lo, 1, "dead letters not settled"))
+        if not held:
+            if new:
+                plan.resume[key] = min(max(min(new)[0], lo), hi)
+            fresh.append(topic)
+            continue
+        offset, _, why = min(held + new)
+        clamped = min(max(offset, lo), hi)
+        plan.resume[key] = clamped
+        gone = f", {lo - offset} records below it deleted by retention" if offset < lo else ""
+        held_topics.setdefault(topic, []).append((partition, clamped, why + gone))
+    for topic, parts in held_topics.items():
+        plan.notes.append(f"topic {topic}: " + ", ".join(f"partition {p}@{o} ({why})" for p, o, why in parts))
+    fresh_topics = sorted(set(fresh) - set(held_topics))
+    if fresh_topics:
+        label = starting if isinstance(starting, str) else "the configured offsets"
+        plan.notes.append(f"{len(fresh_topics)} topic(s) no table holds yet start at {label}: "
+                          + ", ".join(fresh_topics[:5]) + (" ..." if len(fresh_topics) > 5 else ""))
+    log.info("start positions from %d tables in %.1fs", len(cache), time.perf_counter() - started)
+    return plan
+

@@ -1,0 +1,65 @@
+"""What one batch did (the log line, the listeners, the status file) and how far behind the job is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+
+@dataclasses.dataclass
+class BatchStats:
+    batch_id: int
+    records: int = 0
+    tables_committed: int = 0
+    tables_skipped: int = 0
+    rows_replayed: int = 0  # rows read again that their tables (or the DLQ) already held: not written
+    tables_failed: int = 0
+    rows_written: int = 0
+    dead_letters: int = 0
+    dispatch_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    total_seconds: float = 0.0
+    attempts: int = 1
+    lag: int | None = None  # records behind the latest offsets, as of the previous batch's progress
+    task_seconds: dict = dataclasses.field(default_factory=dict)
+    failed_tables: dict = dataclasses.field(default_factory=dict)
+    changes: dict = dataclasses.field(default_factory=dict)
+
+    def line(self) -> str:
+        held = f", {self.rows_replayed} rows already held" if self.rows_replayed else ""
+        return (f"batch {self.batch_id}: {self.rows_written} rows -> {self.tables_committed} tables "
+                f"({self.tables_failed} failed{held}), "
+                f"{self.dead_letters} dead letters; lag {'-' if self.lag is None else f'{self.lag:,}'}; dispatch {self.dispatch_seconds:.2f}s "
+                f"commit {self.commit_seconds:.2f}s total {self.total_seconds:.2f}s; task time "
+                + " ".join(f"{k} {v:.2f}s" for k, v in self.task_seconds.items()))
+
+
+def query_lag(spark, query_name: str) -> int | None:
+    """Records between the last planned end offsets and the latest ones (the query's last progress)."""
+    try:
+        query = next((q for q in spark.streams.active if q.name == query_name), None) if spark is not None else None
+        progress = query.lastProgress if query is not None else None
+        if not progress or not progress.get("sources"):
+            return None
+        source = progress["sources"][0]
+        latest, end = source.get("latestOffset"), source.get("endOffset")
+        latest = json.loads(latest) if isinstance(latest, str) else latest
+        end = json.loads(end) if isinstance(end, str) else end
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            return None
+        return sum(max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items())
+    except Exception:  # progress is best effort, never a reason to fail a batch
+        return None
+
+
+def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict) -> None:
+    """A small JSON status file for dashboards and the demo (atomic replace)."""
+    body = {"job": job, "updated": time.time(), "totals": totals,
+            "last_batch": dataclasses.asdict(stats), "tables": table_rows}
+    tmp = f"{path}.tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(tmp, "w") as fh:
+        json.dump(body, fh, indent=1, default=str)
+    os.replace(tmp, path)

@@ -1,0 +1,103 @@
+"""Executor side evolution: decide per writer schema, then apply once per table.
+
+Why on the executors: data files carry Iceberg field ids, so a new column must
+exist in the table before a file with it is written. The alternative, a first
+Spark pass that only collects schema ids, re-reads Kafka for every batch (the
+batch DataFrame is lazy) and doubled the source cost; schema changes are rare,
+so the executors commit them directly. The commit is idempotent: after a
+conflict we refresh and re-plan, and a plan that is already applied is a no-op.
+The data append itself stays on the driver.
+
+Decision per (table, writer schema), taken by ``router.decisions`` (the same
+function `plan` and `check` use), from the policy outcome of its violations
+(worst wins): write, discard_value (drop the offending top-level columns),
+discard_row (drop the records), dlq (dead-letter the records) and freeze (the
+table is failed for this batch: its records are dead-lettered with the reason,
+so nothing is lost and the other tables are not held up).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.schema import Schema
+
+from evolution.apply import apply_plan
+from evolution.changes import MappedSchema
+from evolution.exceptions import ApplyError
+from evolution.plan import plan_evolution
+from evolution.policy import EvolutionPolicy
+from router.catalog import backoff, create_table, load_table
+from router.config import CatalogConfig, TablesConfig
+from router.decisions import SchemaDecision, decide_schema
+
+log = logging.getLogger("icerouter.evolve")
+
+SCHEMA_COMMIT_ATTEMPTS = 8
+
+
+@dataclass
+class TableDecision:
+    table: Any  # pyiceberg Table, None when nothing is written
+    per_schema: dict[int, SchemaDecision] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+
+
+def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
+                 incoming: dict[int, Schema | MappedSchema], policy: EvolutionPolicy,
+                 partition_by: Sequence[str] | None = None) -> TableDecision:
+    """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions."""
+    case_sensitive = tables.case_sensitive
+    try:
+        table = load_table(catalog, table_id)
+        current = table.schema()
+    except NoSuchTableError:
+        table, current = None, None
+
+    decision = TableDecision(table)
+    for attempt in range(SCHEMA_COMMIT_ATTEMPTS):
+        decision.per_schema = {sid: decide_schema(current, s, policy, case_sensitive, table_id)
+                               for sid, s in incoming.items()}
+        writable = [_without(incoming[sid], d.drop_columns) for sid, d in decision.per_schema.items()
+                    if d.action == "write"]
+        if not writable:
+            return decision
+        plan = plan_evolution(current, writable, policy, case_sensitive=case_sensitive, table=table_id)
+        if current is None:
+            if not tables.auto_create:
+                for d in decision.per_schema.values():
+                    d.action, d.reason = "dlq", f"table {table_id} does not exist and tables.auto_create is off"
+                return decision
+            decision.table = create_table(catalog, table_id, plan.target,
+                                          partition_by if partition_by is not None else tables.partition_by,
+                                          tables.properties)
+            decision.changes.append(f"created {table_id}")
+            table, current = decision.table, decision.table.schema()
+            continue  # re-plan against what the catalog really has (someone may have won the race)
+        if not plan.changes:
+            decision.table = table
+            return decision
+        try:
+            with table.transaction() as tx:
+                apply_plan(tx, plan, case_sensitive=case_sensitive)
+            decision.changes += [c.describe() for c in plan.changes]
+            log.info("evolved %s: %s", table_id, "; ".join(c.describe() for c in plan.changes))
+        except (CommitFailedException, ApplyError):
+            backoff(attempt)  # someone else changed the schema: refresh and re-plan
+        table = load_table(catalog, table_id, refresh=True)
+        current = table.schema()
+    raise CommitFailedException(f"schema of {table_id} kept changing under us; gave up after "
+                                f"{SCHEMA_COMMIT_ATTEMPTS} attempts")
+
+
+def _without(schema: Schema | MappedSchema, columns: Sequence[str]) -> Schema | MappedSchema:
+    if not columns:
+        return schema
+    if isinstance(schema, MappedSchema):
+        aliases = {p: a for p, a in schema.aliases.items() if p and p[0] not in columns}
+        return MappedSchema(_without(schema.schema, columns), aliases, schema.source)
+    keep = [f for f in schema.fields if f.name not in columns]
+    return Schema(*keep, schema_id=schema.schema_id)

@@ -1,0 +1,120 @@
+"""Fused read, executor half: the Kafka source tasks decode and write themselves.
+
+Measured on this kind of machine (1M records of 500 bytes over 200 topics): our
+reader alone delivers ~155k records/s per core, but the same rows handed to
+`mapInArrow` arrive at 12-28k records/s: Spark converts every payload from
+Arrow to JVM rows and back. In fused mode the streaming source keeps Spark's
+offset planning, checkpointing and replay (the same batch id always covers the
+same ranges) while the payloads never leave Python: each task reads its packed
+offset ranges, runs the executor write path (route, decode, evolve, write) and
+yields the small per-table descriptors that the driver commits.
+
+The quarantine set is handed to tasks through a small JSON file in the driver's
+temporary directory, read when the batch is planned (driver side, same host). The
+driver half (registering the source, the redirect pass) is router/driver/fused_stream.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import time
+from dataclasses import replace
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from router.descriptors import descriptor_spark_schema
+from router.exceptions import crossing_process_boundary
+from router.executor.tasks import process_partition
+from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
+from router.source.fetch import read_ranges
+from router.source.offsets import Range, pack_ranges
+
+SOURCE_NAME = "icerouter-fused"
+CONTEXT_KEY = "icerouter.dispatch"
+QUARANTINE_KEY = "icerouter.quarantine_file"
+
+
+def encode_context(ctx) -> str:
+    return base64.b64encode(pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+
+
+def decode_context(text: str):
+    return pickle.loads(base64.b64decode(text))
+
+
+def read_quarantine(path: str | None) -> frozenset:
+    if not path or not os.path.exists(path):
+        return frozenset()
+    try:
+        with open(path) as fh:
+            return frozenset(json.load(fh))
+    except (OSError, ValueError):
+        return frozenset()
+
+
+def write_quarantine(path: str, tables: Sequence[str]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(sorted(tables), fh)
+    os.replace(tmp, path)
+
+
+def process_ranges(options_json: str, ranges: Sequence[tuple], ctx) -> Iterator[pa.RecordBatch]:
+    """Read offset ranges and run the write path on them; yields descriptor batches."""
+    started = time.perf_counter()
+    with crossing_process_boundary():
+        batches = list(read_ranges(options_json, [Range(*r) for r in ranges]))
+    read_seconds = time.perf_counter() - started
+    yield from process_partition(iter(batches), ctx, read_seconds=read_seconds, ranges=ranges)
+
+
+class FusedPartition(InputPartition):
+    def __init__(self, options_json: str, ranges: tuple, quarantined: frozenset) -> None:
+        self.options_json, self.ranges, self.quarantined = options_json, ranges, quarantined
+
+    def __reduce__(self):
+        return (FusedPartition, (self.options_json, self.ranges, self.quarantined))
+
+
+class FusedStreamReader(KafkaStreamReader):
+    def __init__(self, options_json: str, context: str, quarantine_file: str | None,
+                 resume_json: str | None = None) -> None:
+        super().__init__(options_json, resume_json)
+        self.context, self.quarantine_file = context, quarantine_file
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.update(context=self.context, quarantine_file=self.quarantine_file)
+        return state
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        tasks = pack_ranges(self.plan(start, end), self.options.target_tasks or DEFAULT_TARGET_TASKS)
+        quarantined = read_quarantine(self.quarantine_file)
+        return [FusedPartition(self.options_json, tuple(r.as_tuple() for r in task), quarantined) for task in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FusedPartition)
+        ctx = decode_context(self.context)
+        if partition.quarantined:
+            ctx = replace(ctx, quarantined=ctx.quarantined | partition.quarantined)
+        return process_ranges(partition.options_json, partition.ranges, ctx)
+
+
+class FusedDataSource(KafkaDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return descriptor_spark_schema()
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(QUARANTINE_KEY),
+                                 self.options.get(RESUME_KEY))

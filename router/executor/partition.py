@@ -1,0 +1,332 @@
+"""One Spark partition of a micro-batch, processed on an executor.
+
+Steps: sort by topic once -> per topic, decode values grouped by schema id ->
+evaluate routes column-wise (topic / header / field) -> collect per table ->
+evolve each table once (all writer schemas of the partition together, so fan-in
+is one schema change) -> align to the table's shape -> write Parquet data files
+with pyiceberg's writer (correct field ids, stats, partition values). Failures
+stay local to their records or their table and become dead letters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+from evolution.arrow import iceberg_to_arrow
+from registry.client import get_registry
+from registry.decode import decode_values
+from router import progress
+from router.catalog import load_table
+from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, table_view
+from router.descriptors import DispatchContext, TableResult
+from router.exceptions import RouteError, is_transient
+from router.executor.align import align_table
+from router.executor.dead_letters import DeadLetter, write_dead_letters
+from router.executor.evolve import evolve_table
+from router.routing import CompiledRoute
+from router.routing.columns import field_column, header_values
+
+log = logging.getLogger("icerouter.partition")
+
+
+SCHEMA_ID_HEADER = "__value_schema_id"
+
+
+@dataclass
+class Pending:
+    """Rows of one table from one writer schema, waiting for evolution and writing."""
+
+    route: CompiledRoute
+    schema_id: int
+    iceberg_schema: Any
+    batch: pa.RecordBatch | pa.Table
+    rows: pa.Array  # positions in the sorted partition table
+    topic: str
+
+
+def sort_by_topic(source: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]]]:
+    """Sort once by topic and return contiguous (topic, start, length) runs."""
+    order = pc.sort_indices(source, sort_keys=[("topic", "ascending"), ("partition", "ascending"),
+                                               ("offset", "ascending")])
+    ordered = source.take(order)
+    topics = ordered.column("topic").combine_chunks()
+    encoded = topics.dictionary_encode()
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(indices[1:] != indices[:-1]) + 1))
+    ends = np.append(starts[1:], len(indices))
+    runs = [(encoded.dictionary[indices[a]].as_py(), int(a), int(b - a)) for a, b in zip(starts, ends)]
+    return ordered, runs
+
+
+def schema_id_headers(headers) -> list | None:
+    """Headers as Python lists, only when some record carries its schema id in a header (rare)."""
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    keys = pc.struct_field(headers.flatten(), "key") if len(headers.flatten()) else None
+    if keys is None or not pc.any(pc.equal(keys, SCHEMA_ID_HEADER)).as_py():
+        return None
+    return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
+
+
+def with_kafka_metadata(batch, source: pa.Table, rows: pa.Array) -> pa.Table:
+    """Append the record's Kafka coordinates, so every row can be traced to (topic, partition, offset).
+
+    The matching schema comes from ``router.decisions.table_view``."""
+    picked = source.select([c for _, c, _ in KAFKA_METADATA]).take(rows)
+    names = list(batch.schema.names)
+    arrays = [batch.column(i) for i in range(batch.num_columns)]
+    for name, column, _ in KAFKA_METADATA:
+        if name in names:
+            continue
+        names.append(name)
+        arrays.append(picked.column(column).combine_chunks())
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+class PartitionWriter:
+    """Routes, decodes, evolves and writes the rows of one Spark partition; one instance per task."""
+
+    def __init__(self, ctx: DispatchContext):
+        self.ctx = ctx
+        self.registry = get_registry(ctx.registry)
+        self.results: dict[str, TableResult] = {}
+        self.letters: list[DeadLetter] = []
+        self.pending: dict[str, list[Pending]] = defaultdict(list)
+        self.source: pa.Table | None = None
+        self.timings: dict[str, float] = defaultdict(float)
+
+    # ---------------------------------------------------------------- steps
+    def run(self, source: pa.Table) -> list[TableResult]:
+        t0 = time.perf_counter()
+        ordered, runs = sort_by_topic(source)
+        self.source = ordered
+        for topic, start, length in runs:
+            self.route_topic(topic, start, length)
+        t1 = time.perf_counter()
+        self.timings["decode"] += t1 - t0
+        for table_id, items in self.pending.items():
+            self.write_table(table_id, items)
+        t2 = time.perf_counter()
+        write_dead_letters(self.ctx, ordered, self.letters, self.results)
+        self.timings["write"] += time.perf_counter() - t2
+        self.timings["dlq_write"] = time.perf_counter() - t2
+        return list(self.results.values())
+
+    def dead_letter(self, rows: Any, error_class: str, reason: str, **where: Any) -> None:
+        if self.ctx.redirect and error_class != "quarantined":
+            return
+        rows = rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
+        if where.get("schema_id") is not None and not isinstance(where["schema_id"], int):
+            where["schema_id"] = None  # GUID references have no numeric id
+        if rows:
+            self.letters.append(DeadLetter(rows, error_class, reason, **where))
+
+    def route_topic(self, topic: str, start: int, length: int) -> None:
+        ctx = self.ctx
+        positions = pa.array(range(start, start + length), pa.int64())
+        routes = ctx.routing.routes_for_topic(topic)
+        if not routes:
+            if ctx.unmatched == "dlq":
+                self.dead_letter(positions, "unmatched", f"no route matches topic {topic!r}")
+            return
+        chunk = self.source.slice(start, length)
+        values = chunk.column("value").combine_chunks()
+        tombstones = values.is_null()
+        if pc.any(tombstones).as_py():
+            if ctx.tombstones == "dlq":
+                self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
+        result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
+        transient = [f for f in result.failures if f.transient]
+        if transient:  # registry unreachable: the whole batch waits and retries, nothing is dead-lettered
+            raise transient[0].to_exception(topic=topic)
+        for failure in result.failures:
+            if failure.error_class == "tombstone":
+                continue
+            self.dead_letter([start + failure.index], failure.error_class, failure.reason,
+                             schema_id=failure.schema_id)
+        headers_cache: dict[str, list] = {}
+        for group in result.groups:
+            rows = pc.add(pa.array(group.indices, pa.int64()), start)
+            for route in routes:
+                self.route_group(topic, route, group, rows, chunk, start, headers_cache)
+
+    def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> None:
+        """Apply one route to the decoded rows of one schema id."""
+        batch = group.batch
+        local = pc.subtract(rows, start)
+        mask = None
+        header_cols = {}
+        for name in route.header_names:
+            if name not in headers_cache:
+                headers_cache[name] = header_values(chunk.column("headers").combine_chunks(), name)
+            header_cols[name] = pc.take(pa.array(headers_cache[name], pa.string()), local)
+        for name, rx in route.headers:
+            col = header_cols[name]
+            m = pc.and_kleene(pc.is_valid(col), pc.match_substring_regex(col, f"^(?:{rx.pattern})$"))
+            mask = m if mask is None else pc.and_(mask, m)
+        field_cols = {}
+        for name in route.field_names:
+            col = field_column(batch, name)
+            if col is None:
+                field_cols[name] = pa.nulls(batch.num_rows)
+            else:
+                field_cols[name] = col
+        for name, allowed in route.fields:
+            col = field_cols[name]
+            m = pc.is_in(col, value_set=pa.array(list(allowed), type=col.type)) if not pa.types.is_null(col.type) \
+                else pa.array([False] * batch.num_rows)
+            m = pc.fill_null(m, False)
+            mask = m if mask is None else pc.and_(mask, m)
+        if mask is not None:
+            mask = pc.fill_null(mask, False)
+            if not pc.any(mask).as_py():
+                return
+            batch, rows = batch.filter(mask), pc.filter(rows, mask)
+            header_cols = {k: pc.filter(v, mask) for k, v in header_cols.items()}
+            field_cols = {k: pc.filter(v, mask) for k, v in field_cols.items()}
+        dynamic = [p for p in route.placeholders if p != "topic"]
+        if not dynamic:
+            try:
+                table_id = self.ctx.routing.render(route, topic)
+            except RouteError as exc:
+                self.dead_letter(rows, type(exc).__name__, exc.message, route=route.name, schema_id=group.schema_id)
+                return
+            self.add_pending(table_id, topic, route, group, batch, rows)
+            return
+        # Table name depends on data: render per distinct value combination.
+        keys = [header_cols[p[7:]] if p.startswith("header.") else field_cols[p[6:]] for p in dynamic]
+        combos = pa.table({str(i): k.cast(pa.string()) if not pa.types.is_string(k.type) else k
+                           for i, k in enumerate(keys)})
+        combos = combos.append_column("__row", pa.array(range(batch.num_rows), pa.int64()))
+        grouped = combos.group_by([str(i) for i in range(len(keys))]).aggregate([("__row", "list")])
+        for entry in grouped.to_pylist():
+            values = [entry[str(i)] for i in range(len(keys))]
+            hdrs = {p[7:]: v for p, v in zip(dynamic, values) if p.startswith("header.")}
+            flds = {p[6:]: v for p, v in zip(dynamic, values) if p.startswith("field.")}
+            idx = pa.array(entry["__row_list"], pa.int64())
+            try:
+                table_id = self.ctx.routing.render(route, topic, hdrs, flds)
+            except RouteError as exc:
+                self.dead_letter(pc.take(rows, idx), type(exc).__name__, exc.message, route=route.name,
+                                 schema_id=group.schema_id)
+                continue
+            self.add_pending(table_id, topic, route, group, batch.take(idx), pc.take(rows, idx))
+
+    def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.ctx.redirect and table_id not in self.ctx.redirect:
+            return
+        if table_id in self.ctx.quarantined or table_id in self.ctx.redirect:
+            keep = self.not_held(table_id, rows)
+            if keep is not None:
+                rows = rows.filter(keep)
+            self.dead_letter(rows, "quarantined", f"table {table_id} is quarantined", table=table_id,
+                             route=route.name, schema_id=group.schema_id)
+            return
+        art, metadata = group.artifacts, self.ctx.tables.metadata_columns
+        if route.columns is not None:
+            batch = batch.select(projected_names(art.iceberg_schema, route.columns))
+        if metadata:
+            batch = with_kafka_metadata(batch, self.source, rows)
+        schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
+                            schema_type=art.schema_type, schema_str=art.schema_str)
+        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
+
+    def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
+        """Mask of `rows` the table does not hold yet (None: it holds none of them)."""
+        try:
+            table = load_table(self.ctx.catalog, table_id)
+        except NoSuchTableError:
+            return None
+        stored = progress.stored_progress(table, self.ctx.job).get("offsets", {})
+        source = self.source
+        return progress.trim_mask(progress.tp_keys(pc.take(source.column("topic"), rows),
+                                                   pc.take(source.column("partition"), rows)),
+                                  pc.take(source.column("offset"), rows), stored)
+
+    def drop_held(self, table_id: str, items: list[Pending], result: TableResult) -> list[Pending]:
+        """Replays and rewinds read records a table already holds: never write them twice."""
+        kept = []
+        for item in items:
+            keep = self.not_held(table_id, item.rows)
+            if keep is None:
+                kept.append(item)
+                continue
+            remaining = pc.sum(keep).as_py() or 0
+            result.replayed += len(item.rows) - remaining
+            if remaining:
+                kept.append(dataclasses.replace(item, batch=item.batch.filter(keep), rows=item.rows.filter(keep)))
+        return kept
+
+    def write_table(self, table_id: str, items: list[Pending]) -> None:
+        ctx = self.ctx
+        route = items[0].route
+        policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
+        incoming = {}
+        for item in items:
+            incoming.setdefault(item.schema_id, item.iceberg_schema)
+        result = self.results.setdefault(table_id, TableResult(table_id))
+        letters_before = len(self.letters)
+        try:
+            items = self.drop_held(table_id, items, result)
+            if not items:
+                return
+            t0 = time.perf_counter()
+            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by)
+            t1 = time.perf_counter()
+            self.timings["evolve"] += t1 - t0
+            result.changes += decision.changes
+            parts, written_rows = [], []
+            target = iceberg_to_arrow(decision.table.schema()) if decision.table is not None else None
+            for item in items:
+                d = decision.per_schema[item.schema_id]
+                if d.action == "drop":
+                    result.discarded += len(item.rows)
+                    continue
+                if d.action in ("dlq", "fail"):
+                    if d.action == "fail":
+                        result.failure = d.reason
+                    self.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
+                                     d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
+                    result.dead_letters += len(item.rows)
+                    continue
+                batch = item.batch
+                if d.drop_columns:
+                    batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
+                parts.append(align_table(batch, target, ctx.tables.case_sensitive))
+                written_rows.append(item.rows)
+                result.schema_ids.add(item.schema_id)
+            if not parts:
+                return
+            data = pa.concat_tables(parts)
+            files = list(_dataframe_to_data_files(decision.table.metadata, data, decision.table.io))
+            self.timings["write"] += time.perf_counter() - t1
+            rows = pa.concat_arrays(written_rows)
+            result.data_files += files
+            result.rows += data.num_rows
+            result.cover(pc.take(self.source.column("topic"), rows), pc.take(self.source.column("partition"), rows),
+                         pc.take(self.source.column("offset"), rows))
+        except Exception as exc:  # one bad table must not stop the others: dead-letter its records
+            if is_transient(exc):
+                raise  # registry or catalog unreachable: the whole batch waits and retries, nothing is dead-lettered
+            log.exception("table %s failed in this task", table_id)
+            result.failure = f"{type(exc).__name__}: {exc}"
+            result.broken = True
+            result.data_files, result.rows, result.dead_letters = [], 0, 0
+            del self.letters[letters_before:]
+            for item in items:
+                self.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id,
+                                 route=item.route.name, schema_id=item.schema_id)
+                result.dead_letters += len(item.rows)

@@ -1,0 +1,43 @@
+"""Executor side of a micro-batch: the entry point of one Spark task.
+
+Runs inside `mapInArrow` (or a fused source task, router/executor/fused_reader.py)
+on the Spark executors. The input is the Kafka source rows of one Spark
+partition; the output is one small descriptor per table (written DataFile
+objects, row counts, offsets covered, failures) plus the task's stats row
+(router/descriptors.py). The data itself never travels to the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from router import progress
+from router.descriptors import RANGES_STAT, READ_STAT, DispatchContext, encode_descriptors
+from router.exceptions import crossing_process_boundary
+from router.executor.partition import PartitionWriter
+
+
+def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext, read_seconds: float = 0.0,
+                      ranges: Sequence[tuple] | None = None) -> Iterator[pa.RecordBatch]:
+    """mapInArrow entry point; `read_seconds` and `ranges` come from a fused source task."""
+    started = time.perf_counter()
+    source = pa.Table.from_batches(list(batches))
+    read_seconds += time.perf_counter() - started
+    if source.num_rows == 0:
+        return
+    writer = PartitionWriter(ctx)
+    with crossing_process_boundary():
+        results = writer.run(source)
+    writer.timings["source"] = read_seconds
+    writer.timings["records"] = source.num_rows
+    read: dict = {}
+    progress.cover(progress.tp_keys(source.column("topic").combine_chunks(),
+                                    source.column("partition").combine_chunks()),
+                   source.column("offset").combine_chunks(), read)
+    writer.timings[READ_STAT] = read
+    if ranges is not None:  # lets a redirect pass re-read exactly what this task read
+        writer.timings[RANGES_STAT] = [tuple(r) for r in ranges]
+    yield encode_descriptors(results, dict(writer.timings))

@@ -1,0 +1,145 @@
+"""Routing rules compiled once, evaluated column-wise on Arrow batches.
+
+A record goes to every route that matches it (fan-out); several topics may
+render the same table name (fan-in). Matching is by topic regex, header value
+regex and decoded field value. Table names are templates:
+
+    raw.{topic}              topic names are normalised to [a-z0-9_]
+    {header.tenant}.events   values from data are validated, never normalised:
+    analytics.{field.kind}   a value such as ``../x`` or ``other_db.t`` is refused
+
+so that data can never name a namespace the operator did not allow.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from router.config import DlqConfig, RouteConfig, TablesConfig
+from router.exceptions import TableNameError
+
+TEMPLATE_PATTERN = re.compile(r"\{(topic|header\.[^{}]+|field\.[^{}]+)\}")
+DATA_VALUE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+IDENTIFIER_PATTERN = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+
+
+def normalise_identifier_part(value: str) -> str:
+    """Make a topic name usable as an Iceberg identifier part (``Orders.V1-x`` -> ``orders_v1_x``)."""
+    cleaned = re.sub(r"[^a-z0-9_]", "_", value.lower())
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"t_{cleaned}"
+
+
+@dataclass(frozen=True)
+class CompiledRoute:
+    name: str
+    table_template: str
+    topic: re.Pattern | None
+    headers: tuple[tuple[str, re.Pattern], ...]
+    fields: tuple[tuple[str, tuple[Any, ...]], ...]
+    columns: tuple[str, ...] | None
+    evolution: Any
+    partition_by: tuple[str, ...] | None
+    placeholders: tuple[str, ...] = field(default=())
+
+    @property
+    def header_names(self) -> tuple[str, ...]:
+        names = [name for name, _ in self.headers]
+        names += [p[len("header."):] for p in self.placeholders if p.startswith("header.")]
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        names = [name for name, _ in self.fields]
+        names += [p[len("field."):] for p in self.placeholders if p.startswith("field.")]
+        return tuple(dict.fromkeys(names))
+
+    def matches_topic(self, topic: str) -> bool:
+        return self.topic is None or self.topic.fullmatch(topic) is not None
+
+
+def compile_route(route: RouteConfig) -> CompiledRoute:
+    fields = tuple((name, tuple(v) if isinstance(v, (list, tuple)) else (v,)) for name, v in route.fields.items())
+    return CompiledRoute(
+        name=route.name,
+        table_template=route.table,
+        topic=re.compile(route.topic) if route.topic else None,
+        headers=tuple((k, re.compile(v)) for k, v in route.headers.items()),
+        fields=fields,
+        columns=route.columns,
+        evolution=route.evolution,
+        partition_by=route.partition_by,
+        placeholders=tuple(m.group(1) for m in TEMPLATE_PATTERN.finditer(route.table)),
+    )
+
+
+class RoutingTable:
+    """Compiled routes plus the naming rules; cheap to pickle (config only), cached per topic."""
+
+    def __init__(self, routes: Sequence[RouteConfig], tables: TablesConfig, dlq: DlqConfig):
+        self.routes = tuple(compile_route(r) for r in routes)
+        self.default_namespace = tables.default_namespace
+        self.allowed_namespaces = frozenset(tables.allowed_namespaces)
+        self.dlq_table = dlq.table
+        self._for_topic = lru_cache(maxsize=4096)(self._compute_for_topic)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_for_topic")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._for_topic = lru_cache(maxsize=4096)(self._compute_for_topic)
+
+    def _compute_for_topic(self, topic: str) -> tuple[CompiledRoute, ...]:
+        return tuple(r for r in self.routes if r.matches_topic(topic))
+
+    def routes_for_topic(self, topic: str) -> tuple[CompiledRoute, ...]:
+        return self._for_topic(topic)
+
+    def render(self, route: CompiledRoute, topic: str, headers: Mapping[str, str | None] | None = None,
+               values: Mapping[str, Any] | None = None) -> str:
+        """The table identifier a record goes to; raises TableNameError with the reason."""
+        headers, values = headers or {}, values or {}
+
+        def substitute(m: re.Match) -> str:
+            key = m.group(1)
+            if key == "topic":
+                return normalise_identifier_part(topic)
+            source, name = key.split(".", 1)
+            raw = headers.get(name) if source == "header" else values.get(name)
+            if raw is None:
+                raise TableNameError(f"{source} {name!r} needed by the table template is missing",
+                                     route=route.name, topic=topic)
+            text = str(raw)
+            if not DATA_VALUE_PATTERN.fullmatch(text):
+                raise TableNameError(f"{source} {name!r} value {text[:64]!r} is not allowed in a table name",
+                                     route=route.name, topic=topic)
+            return text.lower().replace("-", "_")
+
+        name = TEMPLATE_PATTERN.sub(substitute, route.table_template)
+        if "." not in name:
+            name = f"{self.default_namespace}.{name}"
+        return self.validate_table_name(name, route=route.name, topic=topic)
+
+    def validate_table_name(self, name: str, route: str | None = None, topic: str | None = None) -> str:
+        if not IDENTIFIER_PATTERN.fullmatch(name):
+            raise TableNameError(f"table name {name!r} is not a valid identifier", route=route, topic=topic)
+        namespace = name.rsplit(".", 1)[0]
+        if self.allowed_namespaces and namespace not in self.allowed_namespaces:
+            raise TableNameError(f"namespace {namespace!r} is not in tables.allowed_namespaces",
+                                 route=route, topic=topic)
+        return name
+
+    def static_tables_for_topic(self, topic: str) -> list[tuple[CompiledRoute, str | None]]:
+        """Routes of a topic and their table when it depends on the topic only (for plan/check)."""
+        out = []
+        for route in self.routes_for_topic(topic):
+            if any(p != "topic" for p in route.placeholders):
+                out.append((route, None))
+            else:
+                out.append((route, self.render(route, topic)))
+        return out
