@@ -17,8 +17,8 @@ pyiceberg's own statistics and partition functions.
 
 pyiceberg is pinned to 0.12. This module uses these private names of
 ``pyiceberg.io.pyarrow``: ``_to_requested_schema`` (projection onto the file
-schema, run once per input Arrow schema), ``_determine_partitions`` (partition
-split), ``_get_parquet_writer_kwargs`` (codec, page and dictionary sizes) and
+schema, run once per input Arrow schema), ``_get_field_from_arrow_table``
+(partition source columns, nested ones too), ``_get_parquet_writer_kwargs`` (codec, page and dictionary sizes) and
 ``_dataframe_to_data_files`` (the fallback for formats other than Parquet).
 A pyiceberg upgrade must re-run tests/router/test_datafiles.py, which compares
 every field of the DataFiles written here with those pyiceberg writes.
@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from cachetools import LRUCache
@@ -39,7 +40,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     ParquetFormatModel,
     _dataframe_to_data_files,
-    _determine_partitions,
+    _get_field_from_arrow_table,
     _get_parquet_writer_kwargs,
     _to_requested_schema,
     bin_pack_arrow_table,
@@ -49,7 +50,7 @@ from pyiceberg.io.pyarrow import (
     pyarrow_to_schema,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.partitioning import PartitionKey, PartitionSpec
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey, PartitionSpec
 from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties
 from pyiceberg.table.locations import LocationProvider, load_location_provider
@@ -177,6 +178,33 @@ def _to_file_table(plan: _Plan, proj: _Projection, batches: list[pa.RecordBatch]
     ], schema=proj.file_arrow_schema)
 
 
+def _split_partitions(plan: _Plan, data: pa.Table) -> list[tuple[PartitionKey, pa.Table]]:
+    """One table per partition value, rows in input order: pyiceberg's split in one pass.
+
+    pyiceberg's ``_determine_partitions`` filters the whole input once per
+    partition value (measured ~0.6 ms per file at three days per write); here a
+    single group-by collects each value's row indices and one ``take`` per
+    value cuts them out. Same transforms (pyiceberg's own), same keys, same rows
+    in the same order, so the same files and statistics.
+    """
+    schema, fields = plan.table_schema, plan.spec.fields
+    keys = {}
+    for i, pf in enumerate(fields):
+        source = schema.find_field(pf.source_id)
+        column = _get_field_from_arrow_table(data, schema.find_column_name(pf.source_id))
+        keys[f"_p{i}"] = pf.transform.pyarrow_transform(source.field_type)(column)
+    names = list(keys)
+    keys["_row"] = pa.array(np.arange(data.num_rows, dtype=np.int64))
+    groups = pa.table(keys).group_by(names, use_threads=False).aggregate([("_row", "list")])
+    rows = groups.column("_row_list").combine_chunks()
+    parts = []
+    for g, values in enumerate(groups.select(names).to_pylist()):
+        key = PartitionKey(field_values=[PartitionFieldValue(field=pf, value=values[n]) for pf, n in zip(fields, names)],
+                           partition_spec=plan.spec, schema=schema)
+        parts.append((key, data.take(rows[g].values)))
+    return parts
+
+
 def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_key: PartitionKey | None) -> DataFile:
     output = io.new_output(path)
     stream = output.create(overwrite=True)
@@ -222,8 +250,7 @@ def write_data_files(table: Any, data: pa.Table) -> list[DataFile]:
     if plan.spec.is_unpartitioned():
         parts: Any = [(None, data)]
     else:
-        parts = ((p.partition_key, p.arrow_table_partition)
-                 for p in _determine_partitions(spec=plan.spec, schema=plan.table_schema, arrow_table=data))
+        parts = _split_partitions(plan, data)
     files = []
     for key, rows in parts:
         for batches in bin_pack_arrow_table(rows, plan.target_file_size):

@@ -96,10 +96,13 @@ def sample(rows: int = ROWS, offset: int = 0) -> pa.Table:
     return pa.Table.from_pylist(records, schema=arrow_schema)
 
 
+def plain(rows: list[dict]) -> list[dict]:
+    """NaN spelled out: NaN != NaN would fail every comparison."""
+    return [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
+
+
 def by_id(rows: list[dict]) -> list[dict]:
-    """Rows in id order, NaN spelled out (NaN != NaN would fail every comparison)."""
-    rows = [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
-    return sorted(rows, key=lambda r: (r["id"] is None, r["id"] or 0))
+    return sorted(plain(rows), key=lambda r: (r["id"] is None, r["id"] or 0))
 
 
 def described(data_file) -> dict:
@@ -131,12 +134,15 @@ def local(path: str) -> str:
 
 def assert_same_files(ours, theirs) -> None:
     """Field by field equal to pyiceberg's DataFiles, same Parquet schema (field ids included), real sizes."""
+    ours, theirs = (sorted(files, key=lambda f: str(f.partition._data)) for files in (ours, theirs))  # stable
     assert [described(f) for f in ours] == [described(f) for f in theirs]
     for mine, ref in zip(ours, theirs):
         assert mine.file_size_in_bytes == os.path.getsize(local(mine.file_path))
         assert os.path.dirname(mine.file_path) == os.path.dirname(ref.file_path)  # partition directory
         mine_schema = pq.ParquetFile(local(mine.file_path)).schema_arrow
         assert mine_schema.equals(pq.ParquetFile(local(ref.file_path)).schema_arrow, check_metadata=True)
+        rows = [plain(pq.read_table(local(f.file_path)).to_pylist()) for f in (mine, ref)]
+        assert rows[0] == rows[1]  # same rows in the same order
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
