@@ -11,9 +11,9 @@ depends only on the table's schema, spec and properties, redone on every call
 (Arrow <-> Iceberg schema conversions, name sanitising, the statistics plan,
 the Parquet path -> field id map, reading the pyiceberg config, loading the
 location provider, a thread-pool hand-off per file). Here that work is done
-once per (table, schema id, spec id, properties) and kept in a bounded LRU
-cache; the Parquet file is written with pyarrow directly and described with
-pyiceberg's own statistics and partition functions.
+once per (table, schema id, spec id, ``write.*`` properties) and kept in a
+bounded LRU cache; the Parquet file is written with pyarrow directly and
+described with pyiceberg's own statistics functions.
 
 pyiceberg is pinned to 0.12. This module uses these private names of
 ``pyiceberg.io.pyarrow``: ``_to_requested_schema`` (projection onto the file
@@ -106,14 +106,26 @@ def clear_cache() -> None:
         _plans.clear()
 
 
-def _plan_key(metadata: TableMetadata) -> Hashable:
-    return (str(metadata.table_uuid), metadata.current_schema_id, metadata.default_spec_id,
-            metadata.location, int(metadata.format_version), tuple(sorted(metadata.properties.items())))
+def _writer_properties(metadata: TableMetadata) -> dict[str, str]:
+    """The properties a write reads: ``write.*``.
 
-
-def _build_plan(metadata: TableMetadata) -> _Plan:
-    """The per-table work pyiceberg repeats on every call, done once."""
+    Not all of them: the job stores its offsets in a table property on every
+    commit, which must not turn every batch into a cache miss. A custom
+    location provider may read anything, so it gets (and is keyed on) all.
+    """
     props = metadata.properties
+    if TableProperties.WRITE_PY_LOCATION_PROVIDER_IMPL in props:
+        return dict(props)
+    return {k: v for k, v in props.items() if k.startswith("write.")}
+
+
+def _plan_key(metadata: TableMetadata, props: dict[str, str]) -> Hashable:
+    return (str(metadata.table_uuid), metadata.current_schema_id, metadata.default_spec_id,
+            metadata.location, int(metadata.format_version), tuple(sorted(props.items())))
+
+
+def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:
+    """The per-table work pyiceberg repeats on every call, done once."""
     table_schema = metadata.schema()
     sanitized = sanitize_column_names(table_schema)
     file_schema = sanitized if sanitized != table_schema else table_schema
@@ -136,11 +148,12 @@ def _build_plan(metadata: TableMetadata) -> _Plan:
 
 
 def _plan_for(metadata: TableMetadata) -> _Plan:
-    key = _plan_key(metadata)
+    props = _writer_properties(metadata)
+    key = _plan_key(metadata, props)
     with _lock:
         plan = _plans.get(key)
     if plan is None:
-        plan = _build_plan(metadata)
+        plan = _build_plan(metadata, props)
         with _lock:
             plan = _plans.setdefault(key, plan)
     return plan
@@ -199,8 +212,8 @@ def _split_partitions(plan: _Plan, data: pa.Table) -> list[tuple[PartitionKey, p
     rows = groups.column("_row_list").combine_chunks()
     parts = []
     for g, values in enumerate(groups.select(names).to_pylist()):
-        key = PartitionKey(field_values=[PartitionFieldValue(field=pf, value=values[n]) for pf, n in zip(fields, names)],
-                           partition_spec=plan.spec, schema=schema)
+        field_values = [PartitionFieldValue(field=pf, value=values[n]) for pf, n in zip(fields, names)]
+        key = PartitionKey(field_values=field_values, partition_spec=plan.spec, schema=schema)
         parts.append((key, data.take(rows[g].values)))
     return parts
 

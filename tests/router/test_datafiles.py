@@ -211,7 +211,8 @@ def test_object_store_locations(catalog, unique_name):
         key = PartitionKey([PartitionFieldValue(pf, v) for pf, v in zip(spec.fields, f.partition._data)],
                            spec, table.schema())
         assert f.file_path == provider.new_data_location(os.path.basename(f.file_path), key)
-        assert re.search(r"/data/[01]{4}/[01]{4}/[01]{4}/[01]+/ts_day=[^/]+/00000-\d+-[0-9a-f-]+\.parquet$", f.file_path)
+        hashed = r"/data/[01]{4}/[01]{4}/[01]{4}/[01]+/ts_day=[^/]+/00000-\d+-[0-9a-f-]+\.parquet$"
+        assert re.search(hashed, f.file_path)
     names = sorted(os.path.basename(f.file_path) for f in ours)
     uid = names[0].split("-", 2)[2]
     assert names == sorted(f"00000-{i}-{uid}" for i in range(len(ours)))
@@ -251,6 +252,22 @@ def test_schema_evolution_gets_a_new_plan(catalog, unique_name):
     got = catalog.load_table(table.name()).scan().to_arrow()
     assert got.num_rows == 100
     assert sorted(v for v in got.column("note").to_pylist() if v) == sorted(f"n{i}" for i in range(50))
+
+
+def test_write_properties_take_effect_and_other_properties_keep_the_plan(catalog, unique_name):
+    table = make_table(catalog, unique_name)
+    write_data_files(table, sample(5))
+    plans = len(datafiles._plans)
+    with table.transaction() as tx:  # what every commit of the job does
+        tx.set_properties({"icerouter.offsets.q": '{"batch": 7}'})
+    assert pq.ParquetFile(local(write_data_files(table, sample(5))[0].file_path)).metadata.row_group(0).column(0) \
+        .compression == "ZSTD"
+    assert len(datafiles._plans) == plans
+    with table.transaction() as tx:
+        tx.set_properties({"write.parquet.compression-codec": "gzip"})
+    ours = write_data_files(table, sample(5))
+    assert pq.ParquetFile(local(ours[0].file_path)).metadata.row_group(0).column(0).compression == "GZIP"
+    assert len(datafiles._plans) == plans + 1
 
 
 def test_cache_is_bounded_and_empty_input_writes_nothing(catalog, unique_name, monkeypatch):
