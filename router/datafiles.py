@@ -61,7 +61,7 @@ from pyiceberg.utils.properties import property_as_int
 
 __all__ = ["write_data_files", "clear_cache"]
 
-# One entry per live (table, schema, spec, properties): a few hundred tables per
+# One entry per live (table, schema, spec, write.* properties): a few hundred tables per
 # worker fit; an evolved table simply gets a new entry.
 PLAN_CACHE_SIZE = 1024
 # Distinct input Arrow schemas seen for one plan (normally one).
