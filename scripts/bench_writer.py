@@ -1,4 +1,4 @@
-"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.datafiles.
+"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.executor.datafiles.
 
 In one process, on a SQLite catalog in a temporary directory: N tables (default
 200) with a 12-column schema (struct, list, decimal, timestamps, binary, nulls),
@@ -41,7 +41,7 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow  # 
 from pyiceberg.partitioning import PartitionField, PartitionSpec  # noqa: E402
 from pyiceberg.transforms import DayTransform  # noqa: E402
 
-from router.datafiles import write_data_files  # noqa: E402
+from router.executor.datafiles import write_data_files  # noqa: E402
 from router.tables import DEFAULT_TABLE_PROPERTIES  # noqa: E402
 from tests.router.test_datafiles import SCHEMA  # noqa: E402
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType, IntegerType, ListType, LongType, NestedField, StringType, StructType, TimestamptzType,
@@ -26,6 +25,7 @@ from pyiceberg.types import (
 from router import progress
 from router.catalog import create_table, load_table
 from router.descriptors import DispatchContext, TableResult
+from router.executor.datafiles import write_data_files
 
 log = logging.getLogger("icerouter.writer")
 
@@ -167,7 +167,7 @@ def write_dead_letters(ctx: DispatchContext, source: pa.Table, letters: list[Dea
             return
     if ctx.dlq.topic and ctx.dlq_producer:
         produce_dead_letters(batch, ctx.dlq.topic, ctx.dlq_producer)
-    files = list(_dataframe_to_data_files(table.metadata, batch, table.io))
+    files = write_data_files(table, batch)
     result.data_files += files
     result.rows += batch.num_rows
     progress.cover(letter_keys, batch.column("offset"), result.offsets)

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
@@ -32,6 +31,7 @@ from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, ta
 from router.descriptors import DispatchContext, TableResult
 from router.exceptions import RouteError, is_transient
 from router.executor.align import align_table
+from router.executor.datafiles import write_data_files
 from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
 from router.routing import CompiledRoute
@@ -311,7 +311,7 @@ class PartitionWriter:
             if not parts:
                 return
             data = pa.concat_tables(parts)
-            files = list(_dataframe_to_data_files(decision.table.metadata, data, decision.table.io))
+            files = write_data_files(decision.table, data)
             self.timings["write"] += time.perf_counter() - t1
             rows = pa.concat_arrays(written_rows)
             result.data_files += files

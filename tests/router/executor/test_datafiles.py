@@ -33,7 +33,7 @@ from pyiceberg.types import (
 )
 
 from router import datafiles
-from router.datafiles import write_data_files
+from router.executor.datafiles import write_data_files
 from router.tables import DEFAULT_TABLE_PROPERTIES
 from tests.duckdb_reader import read_iceberg
 
