@@ -32,7 +32,7 @@ from pyiceberg.types import (
     StringType, StructType, TimestampType, TimestamptzType,
 )
 
-from router import datafiles
+from router.executor import datafiles
 from router.executor.datafiles import write_data_files
 from router.tables import DEFAULT_TABLE_PROPERTIES
 from tests.duckdb_reader import read_iceberg
