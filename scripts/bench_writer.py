@@ -42,7 +42,7 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec  # noqa: E402
 from pyiceberg.transforms import DayTransform  # noqa: E402
 
 from router.executor.datafiles import write_data_files  # noqa: E402
-from router.tables import DEFAULT_TABLE_PROPERTIES  # noqa: E402
+from router.catalog import DEFAULT_TABLE_PROPERTIES  # noqa: E402
 from tests.router.executor.test_datafiles import SCHEMA  # noqa: E402
 
 SPECS = {"unpartitioned": PartitionSpec(), "day": PartitionSpec(PartitionField(6, 1000, DayTransform(), "ts_day"))}

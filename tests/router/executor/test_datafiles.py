@@ -34,7 +34,7 @@ from pyiceberg.types import (
 
 from router.executor import datafiles
 from router.executor.datafiles import write_data_files
-from router.tables import DEFAULT_TABLE_PROPERTIES
+from router.catalog import DEFAULT_TABLE_PROPERTIES
 from tests.duckdb_reader import read_iceberg
 
 SCHEMA = Schema(
