@@ -128,20 +128,21 @@ def append(table, files) -> None:
                 snapshot.append_data_file(f)
 
 
-def local(path: str) -> str:
-    return path.removeprefix("file://")
+def opened(table, path: str):
+    """A data file opened through the table's FileIO (local disk or object storage)."""
+    return table.io.new_input(path).open()
 
 
-def assert_same_files(ours, theirs) -> None:
+def assert_same_files(table, ours, theirs) -> None:
     """Field by field equal to pyiceberg's DataFiles, same Parquet schema (field ids included), real sizes."""
     ours, theirs = (sorted(files, key=lambda f: str(f.partition._data)) for files in (ours, theirs))  # stable
     assert [described(f) for f in ours] == [described(f) for f in theirs]
     for mine, ref in zip(ours, theirs):
-        assert mine.file_size_in_bytes == os.path.getsize(local(mine.file_path))
+        assert mine.file_size_in_bytes == len(table.io.new_input(mine.file_path))
         assert os.path.dirname(mine.file_path) == os.path.dirname(ref.file_path)  # partition directory
-        mine_schema = pq.ParquetFile(local(mine.file_path)).schema_arrow
-        assert mine_schema.equals(pq.ParquetFile(local(ref.file_path)).schema_arrow, check_metadata=True)
-        rows = [plain(pq.read_table(local(f.file_path)).to_pylist()) for f in (mine, ref)]
+        mine_schema = pq.ParquetFile(opened(table, mine.file_path)).schema_arrow
+        assert mine_schema.equals(pq.ParquetFile(opened(table, ref.file_path)).schema_arrow, check_metadata=True)
+        rows = [plain(pq.read_table(opened(table, f.file_path)).to_pylist()) for f in (mine, ref)]
         assert rows[0] == rows[1]  # same rows in the same order
 
 
@@ -151,7 +152,7 @@ def test_files_equal_pyiceberg_and_read_back(catalog, unique_name, spec):
     data = sample()
     ours = write_data_files(table, data)
     theirs = list(_dataframe_to_data_files(table.metadata, data, table.io))
-    assert_same_files(ours, theirs)
+    assert_same_files(table, ours, theirs)
     if spec != "unpartitioned":  # one file per partition value, nulls being one of them
         assert len(ours) > 1
         assert any(any(v is None for v in f.partition._data) for f in ours)
@@ -180,14 +181,14 @@ def test_metrics_modes_codec_and_truncation(catalog, unique_name):
     table = make_table(catalog, unique_name, "identity", **props)
     data = sample()
     ours = write_data_files(table, data)
-    assert_same_files(ours, list(_dataframe_to_data_files(table.metadata, data, table.io)))
+    assert_same_files(table, ours, list(_dataframe_to_data_files(table.metadata, data, table.io)))
     f = max(ours, key=lambda f: f.record_count)
     assert 5 not in f.value_counts and 5 not in f.lower_bounds  # price: none
     assert 4 in f.null_value_counts and 4 not in f.lower_bounds  # qty: counts
     assert 1 in f.upper_bounds  # id: full
     long_name = next(f for f in ours if f.partition._data == ["zeta-long-name-over-sixteen-chars"])
     assert long_name.lower_bounds[2] == b"zeta"  # truncate(4)
-    meta = pq.ParquetFile(local(f.file_path)).metadata
+    meta = pq.ParquetFile(opened(table, f.file_path)).metadata
     assert meta.row_group(0).column(0).compression == "SNAPPY"
     assert meta.num_row_groups == -(-f.record_count // 50)
 
@@ -197,7 +198,7 @@ def test_target_file_size_splits_like_pyiceberg(catalog, unique_name):
     data = sample(2000)
     ours = write_data_files(table, data)
     assert len(ours) > 2
-    assert_same_files(ours, list(_dataframe_to_data_files(table.metadata, data, table.io)))
+    assert_same_files(table, ours, list(_dataframe_to_data_files(table.metadata, data, table.io)))
     append(table, ours)
     assert table.scan().to_arrow().num_rows == 2000
 
@@ -228,7 +229,7 @@ def test_input_that_needs_casts_takes_pyiceberg_projection(catalog, unique_name)
         **{n: data.column(n) for n in data.column_names if n not in ("ts", "id", "tags")},
     })
     ours = write_data_files(table, odd)
-    assert_same_files(ours, list(_dataframe_to_data_files(table.metadata, odd, table.io)))
+    assert_same_files(table, ours, list(_dataframe_to_data_files(table.metadata, odd, table.io)))
     append(table, ours)
     got = by_id(catalog.load_table(table.name()).scan().to_arrow().to_pylist())
     assert got == by_id(data.set_column(11, "tags", pa.nulls(ROWS, data.schema.field("tags").type)).to_pylist())
@@ -247,7 +248,7 @@ def test_schema_evolution_gets_a_new_plan(catalog, unique_name):
     ours = write_data_files(table, more)
     assert table.metadata.default_spec_id == 1
     assert {len(f.partition._data) for f in ours} == {2}  # bucket(id) and the new identity(name)
-    assert_same_files(ours, list(_dataframe_to_data_files(table.metadata, more, table.io)))
+    assert_same_files(table, ours, list(_dataframe_to_data_files(table.metadata, more, table.io)))
     append(table, ours)
     got = catalog.load_table(table.name()).scan().to_arrow()
     assert got.num_rows == 100
@@ -260,13 +261,13 @@ def test_write_properties_take_effect_and_other_properties_keep_the_plan(catalog
     plans = len(datafiles._plans)
     with table.transaction() as tx:  # what every commit of the job does
         tx.set_properties({"icerouter.offsets.q": '{"batch": 7}'})
-    assert pq.ParquetFile(local(write_data_files(table, sample(5))[0].file_path)).metadata.row_group(0).column(0) \
+    assert pq.ParquetFile(opened(table, write_data_files(table, sample(5))[0].file_path)).metadata.row_group(0).column(0) \
         .compression == "ZSTD"
     assert len(datafiles._plans) == plans
     with table.transaction() as tx:
         tx.set_properties({"write.parquet.compression-codec": "gzip"})
     ours = write_data_files(table, sample(5))
-    assert pq.ParquetFile(local(ours[0].file_path)).metadata.row_group(0).column(0).compression == "GZIP"
+    assert pq.ParquetFile(opened(table, ours[0].file_path)).metadata.row_group(0).column(0).compression == "GZIP"
     assert len(datafiles._plans) == plans + 1
 
 
