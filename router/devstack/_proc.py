@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,3 +129,37 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
         prctl(pr_set_pdeathsig, signum, 0, 0, 0)
 
     return _set
+
+
+def end_process(proc: subprocess.Popen, *, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Signal, SIGKILL after ``timeout``, reap; a process that still lingers is left to init."""
+    stop_pid(proc.pid, sig=sig, timeout=timeout)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def remove_tree(path: str | os.PathLike, remove: bool | None, own: bool) -> bool:
+    """Drop a service's data directory: when asked to, else when the launcher made it itself."""
+    drop = remove if remove is not None else own
+    if drop:
+        shutil.rmtree(path, ignore_errors=True)
+    return drop
+
+
+class Service:
+    """``with Launcher(...) as service:`` starts on entry and stops on exit."""
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -32,14 +32,15 @@ Measured quirks of noida-db 0.2.3 (checked by tests/router/devstack/test_stack.p
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from importlib.resources import files
 from types import MappingProxyType
 
-from router.devstack._proc import die_with_parent, free_port, log_tail, port_open, stop_pid, wait_until
+from router.devstack._proc import (
+    Service, die_with_parent, end_process, free_port, log_tail, port_open, remove_tree, wait_until,
+)
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -76,7 +77,7 @@ def noida_binary() -> str:
     return str(path)
 
 
-class LocalBroker:
+class LocalBroker(Service):
     """One noida-db Kafka broker on 127.0.0.1 with a free port and its own data dir."""
 
     def __init__(self, data_dir: str | None = None, port: int = 0, start_timeout: float = 30.0,
@@ -166,11 +167,7 @@ class LocalBroker:
 
     def _kill(self, grace: float = 1.0) -> None:
         if self.proc is not None:
-            stop_pid(self.proc.pid, timeout=grace)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            end_process(self.proc, timeout=grace)
             self.proc = None
 
     def stop(self, remove_data: bool | None = None) -> None:
@@ -181,15 +178,7 @@ class LocalBroker:
         """
         remove = remove_data if remove_data is not None else self._own_dir
         self._kill(grace=1.0 if remove else STOP_GRACE_SECONDS)
-        if remove:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> LocalBroker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        remove_tree(self.data_dir, remove, self._own_dir)
 
     def __repr__(self) -> str:
         return f"LocalBroker(bootstrap={self.bootstrap!r}, pid={self.pid}, data_dir={self.data_dir!r})"

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 
-from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
+from router.devstack._proc import Service, die_with_parent, end_process, free_port, log_tail, remove_tree, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -76,7 +76,7 @@ def _run_as() -> pwd.struct_passwd | None:
     raise ServiceMissingError("postgres", "running as root and no unprivileged user (postgres/nobody) exists")
 
 
-class LocalPostgres:
+class LocalPostgres(Service):
     """A private PostgreSQL cluster on 127.0.0.1 with a free port, for catalogs."""
 
     def __init__(self, workdir: str | None = None, database: str = "icerouter", port: int = 0,
@@ -193,26 +193,13 @@ class LocalPostgres:
 
     def _kill(self) -> None:
         if self.proc is not None:
-            # SIGINT is PostgreSQL's "fast shutdown": no waiting for clients.
-            stop_pid(self.proc.pid, sig=signal.SIGINT, timeout=15)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            end_process(self.proc, sig=signal.SIGINT, timeout=15)  # PostgreSQL's "fast shutdown"
             self.proc = None
 
     def stop(self, remove_data: bool | None = None) -> None:
         """Fast shutdown (then kill); drop a temporary cluster directory."""
         self._kill()
-        if remove_data if remove_data is not None else self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalPostgres:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        remove_tree(self.workdir, remove_data, self._own_dir)
 
     def __repr__(self) -> str:
         return f"LocalPostgres(uri={self.uri!r}, pid={self.pid}, workdir={self.workdir!r})"

@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sysconfig
 import tempfile
@@ -33,7 +32,7 @@ import urllib.request
 
 from pyarrow.fs import FileType, S3FileSystem
 
-from router.devstack._proc import die_with_parent, free_port, log_tail, stop_pid, wait_until
+from router.devstack._proc import Service, die_with_parent, end_process, free_port, log_tail, remove_tree, wait_until
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -58,7 +57,7 @@ def s3_properties(endpoint: str, access_key: str, secret_key: str) -> dict:
             "s3.path-style-access": "true", "s3.region": REGION}
 
 
-class LocalObjectStore:
+class LocalObjectStore(Service):
     """One SeaweedFS ``weed mini`` on 127.0.0.1: a bucket for SQL-catalog warehouses and a REST catalog."""
 
     def __init__(self, data_dir: str | None = None, bucket: str = "warehouse", table_bucket: str = "lakehouse",
@@ -157,25 +156,13 @@ class LocalObjectStore:
 
     def _kill(self) -> None:
         if self.proc is not None:
-            stop_pid(self.proc.pid, sig=signal.SIGTERM, timeout=10)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            end_process(self.proc)
             self.proc = None
 
     def stop(self, remove_data: bool | None = None) -> None:
         """Terminate (then kill) SeaweedFS; drop a temporary data dir."""
         self._kill()
-        if remove_data if remove_data is not None else self._own_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> LocalObjectStore:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        remove_tree(self.data_dir, remove_data, self._own_dir)
 
     def __repr__(self) -> str:
         return f"LocalObjectStore(endpoint={self.endpoint if self.ports else None!r}, pid={self.pid})"

@@ -24,6 +24,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from router.devstack._proc import Service
 from router.devstack.exceptions import RegistryApiError
 from router.devstack.registry_store import RegistryStore
 
@@ -183,7 +184,7 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class RegistryServer:
+class RegistryServer(Service):
     """The registry on ``host:port`` (0 picks a free port) in a background thread."""
 
     def __init__(self, port: int = 0, data_file: str | None = None, tls_cert: str | None = None,
@@ -228,13 +229,6 @@ class RegistryServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-    def __enter__(self) -> RegistryServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         auth = None

@@ -20,7 +20,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from router.devstack._proc import die_with_parent, free_port, log_tail, port_open, stop_pid, wait_until
+from router.devstack._proc import (
+    Service, die_with_parent, end_process, free_port, log_tail, port_open, remove_tree, wait_until,
+)
 from router.devstack.exceptions import ServiceMissingError, ServiceStartError
 
 HOST = "127.0.0.1"
@@ -44,7 +46,7 @@ def _source_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-class LocalSparkCluster:
+class LocalSparkCluster(Service):
     """Master + ``workers`` workers (``cores`` and ``memory`` each), all on 127.0.0.1 with free ports."""
 
     def __init__(self, workdir: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g",
@@ -115,7 +117,7 @@ class LocalSparkCluster:
                            log_path=os.path.join(self.workdir, "master.log"), interval=0.3)
                 return
             except ServiceStartError:
-                stop_pid(proc.pid)
+                end_process(proc)
                 self.procs.remove(proc)
                 if attempt == 2 or "bind" not in log_tail(os.path.join(self.workdir, "master.log")).lower():
                     raise
@@ -146,18 +148,6 @@ class LocalSparkCluster:
     def stop(self, remove_data: bool | None = None) -> None:
         """Workers first (they kill their executors), then the master; drop a temporary workdir."""
         for proc in reversed(self.procs):
-            stop_pid(proc.pid, timeout=15)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            end_process(proc, timeout=15)
         self.procs.clear()
-        if remove_data if remove_data is not None else self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalSparkCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        remove_tree(self.workdir, remove_data, self._own_dir)
