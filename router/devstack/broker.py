@@ -137,7 +137,7 @@ class LocalBroker(Service):
     def admin(self):
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
 
     def create_topics(self, names: Iterable[str], partitions: int = 3, timeout: float = 30.0,
                       config: Mapping[str, str] | None = None) -> None:

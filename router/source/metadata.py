@@ -33,8 +33,14 @@ RETRIES = 3
 REQUEST_TIMEOUT = 30.0
 
 
+#: librdkafka's syslog level for the metadata client unless `client_config` sets one: warnings
+#: and errors only (at the default, closing a client logs its housekeeping at info level).
+ADMIN_LOG_LEVEL = "4"
+
+
 def admin_config(options: KafkaSourceOptions) -> dict[str, str]:
-    conf = {k: v for k, v in options.client_config.items() if not k.startswith(CONSUMER_ONLY_PREFIXES)}
+    conf = {"log_level": ADMIN_LOG_LEVEL}
+    conf.update({k: v for k, v in options.client_config.items() if not k.startswith(CONSUMER_ONLY_PREFIXES)})
     conf["bootstrap.servers"] = options.bootstrap
     return conf
 
