@@ -55,12 +55,6 @@ class DispatchContext:
     redirect: frozenset = frozenset()
 
 
-def _widen(into: dict, other: dict) -> None:
-    for key, (lo, hi) in other.items():
-        cur = into.get(key)
-        into[key] = [min(lo, cur[0]), max(hi, cur[1])] if cur else [lo, hi]
-
-
 @dataclass
 class TableResult:
     """What one task did for one table; merged on the driver per table."""
@@ -85,14 +79,14 @@ class TableResult:
         self.data_files += other.data_files
         self.rows += other.rows
         self.schema_ids |= other.schema_ids
-        _widen(self.offsets, other.offsets)
+        progress.widen(self.offsets, other.offsets)
         self.changes += [c for c in other.changes if c not in self.changes]
         self.failure = self.failure or other.failure
         self.dead_letters += other.dead_letters
         self.discarded += other.discarded
         self.broken = self.broken or other.broken
         self.replayed += other.replayed
-        _widen(self.settled, other.settled)
+        progress.widen(self.settled, other.settled)
 
 
 def encode_descriptors(results: Iterable[TableResult], stats: dict) -> pa.RecordBatch:
@@ -123,7 +117,7 @@ def decode_descriptors(rows: Iterable[tuple[str, bytes]]) -> BatchDescriptors:
                 if key == RANGES_STAT:
                     out.ranges.append(value)
                 elif key == READ_STAT:
-                    _widen(out.read, value)
+                    progress.widen(out.read, value)
                 else:
                     out.timings[key] = out.timings.get(key, 0) + value
             continue

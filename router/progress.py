@@ -111,15 +111,19 @@ def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = No
     return keys
 
 
+def widen(into: dict, other: Mapping[str, list]) -> None:
+    """Widen `into` ({key: [min, max]}) by the ranges of `other`."""
+    for key, (lo, hi) in other.items():
+        cur = into.get(key)
+        into[key] = [min(lo, cur[0]), max(hi, cur[1])] if cur else [lo, hi]
+
+
 def cover(keys: pa.Array, offsets: pa.Array, into: dict) -> None:
     """Widen `into` ({key: [min, max]}) by the offsets of each key."""
     if len(offsets) == 0:
         return
     grouped = pa.table({"k": keys, "o": offsets}).group_by("k").aggregate([("o", "min"), ("o", "max")])
-    for key, lo, hi in zip(*(grouped.column(c).to_pylist() for c in ("k", "o_min", "o_max"))):
-        if key in into:
-            lo, hi = min(lo, into[key][0]), max(hi, into[key][1])
-        into[key] = [lo, hi]
+    widen(into, {k: [lo, hi] for k, lo, hi in zip(*(grouped.column(c).to_pylist() for c in ("k", "o_min", "o_max")))})
 
 
 def trim_mask(keys: pa.Array, offsets: pa.Array, stored: Mapping[str, int]) -> pa.Array | None:

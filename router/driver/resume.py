@@ -30,7 +30,7 @@ from router.catalog import get_catalog, load_table
 from router.config import RouterConfig
 from router.progress import stored_progress
 from router.routing import RoutingTable
-from router.source.offsets import ResumePlan
+from router.source.offsets import EARLIEST, LATEST, ResumePlan
 
 log = logging.getLogger("icerouter.resume")
 
@@ -43,7 +43,7 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
     value = (starting.get(topic) or {}).get(partition) if isinstance(starting, dict) else None
     if value is None:
         return earliest
-    return earliest if value == -2 else latest if value == -1 else int(value)
+    return earliest if value == EARLIEST else latest if value == LATEST else int(value)
 
 
 def _progress(config: RouterConfig, identifier: str, cache: dict) -> dict | None:
@@ -71,7 +71,7 @@ def _job_tables(config: RouterConfig) -> list[str]:
 
 def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earliest: dict[str, int],
                 latest: dict[str, int]) -> ResumePlan:
-    """Pure over the catalog's current state: see the module docstring."""
+    """Start offsets from the catalog's current state: see the module docstring."""
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     starting = config.kafka.starting_offsets
@@ -82,12 +82,15 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     plan = ResumePlan()
     held_topics: dict[str, list[tuple[int, int, str]]] = {}
     fresh: list[str] = []
+    named_by_topic: dict[str, list[str]] = {}
     for topic, partition in sorted(partitions):
         key = f"{topic}/{partition}"
         lo, hi = earliest.get(key, 0), latest.get(key, 0)
         held: list[tuple[int, int, str]] = []  # (offset, preference, why): tables before dead letters
         new: list[tuple[int, int, str]] = []
-        named = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
+        if topic not in named_by_topic:
+            named_by_topic[topic] = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
+        named = named_by_topic[topic]
         for table in dict.fromkeys(named + discovered):
             doc = _progress(config, table, cache)
             if doc is None or not doc.get("offsets"):

@@ -25,7 +25,8 @@ from router.source.exceptions import OffsetsError, SourceOptionsError
 from router.source.fetch import read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
-    Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
+    EARLIEST, LATEST, Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges,
+    resume_start, tp_key,
 )
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 from router.source.schema import kafka_struct_type
@@ -38,8 +39,6 @@ RESUME_KEY = "icerouter.resume"  # source option: ResumePlan.to_json(), start of
 #: Used when neither the options nor kafka_stream() gave a task count.
 DEFAULT_TARGET_TASKS = 2 * (os.cpu_count() or 1)
 
-#: Kafka's special offsets in a starting-offsets mapping (same as Spark's JVM source).
-LATEST, EARLIEST = -1, -2
 
 
 class KafkaInputPartition(InputPartition):

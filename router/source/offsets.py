@@ -17,6 +17,9 @@ from router.source.exceptions import OffsetsError
 
 Offsets = dict[str, int]
 
+#: Kafka's special offsets in a starting-offsets mapping (same as Spark's JVM source).
+LATEST, EARLIEST = -1, -2
+
 
 @dataclass(frozen=True, order=True)
 class Range:
