@@ -103,6 +103,7 @@ class PartitionWriter:
         self.results: dict[str, TableResult] = {}
         self.letters: list[DeadLetter] = []
         self.pending: dict[str, list[Pending]] = defaultdict(list)
+        self.held: dict[str, dict] = {}  # table -> next offsets it holds (see held_offsets)
         self.source: pa.Table | None = None
         self.timings: dict[str, float] = defaultdict(float)
 
@@ -244,13 +245,21 @@ class PartitionWriter:
                             schema_type=art.schema_type, schema_str=art.schema_str)
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
+    def held_offsets(self, table_id: str) -> dict:
+        """The next offsets `table_id` holds, read once per task (only the driver commits them)."""
+        if table_id not in self.held:
+            try:
+                table = load_table(self.ctx.catalog, table_id)
+                self.held[table_id] = progress.stored_progress(table, self.ctx.job).get("offsets", {})
+            except NoSuchTableError:
+                self.held[table_id] = {}
+        return self.held[table_id]
+
     def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
         """Mask of `rows` the table does not hold yet (None: it holds none of them)."""
-        try:
-            table = load_table(self.ctx.catalog, table_id)
-        except NoSuchTableError:
+        stored = self.held_offsets(table_id)
+        if not stored:
             return None
-        stored = progress.stored_progress(table, self.ctx.job).get("offsets", {})
         source = self.source
         return progress.trim_mask(progress.tp_keys(pc.take(source.column("topic"), rows),
                                                    pc.take(source.column("partition"), rows)),
