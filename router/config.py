@@ -122,6 +122,7 @@ class JobConfig:
     commit_retries: int = 6
     spark: Mapping[str, Any] = field(default_factory=dict)
     fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
+    commit_in_tasks: bool = True  # a task commits the tables it wrote (router/executor/tasks.py)
 
 
 @dataclass(frozen=True)
@@ -327,7 +328,7 @@ def _catalog(data: Any, base: Path) -> CatalogConfig:
 
 def _job(data: Any, base: Path) -> JobConfig:
     s = _Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
-                               "commit_retries", "spark", "fused_read"))
+                               "commit_retries", "spark", "fused_read", "commit_in_tasks"))
     name = s.get("name", "icerouter", str)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
@@ -338,7 +339,7 @@ def _job(data: Any, base: Path) -> JobConfig:
     return JobConfig(name, checkpoint, float(s.positive("trigger_seconds", 10.0, float)),
                      str((base / status).resolve()) if status else None,
                      s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
-                     bool(s.get("fused_read", True, bool)))
+                     bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)))
 
 
 def _tables(data: Any) -> TablesConfig:

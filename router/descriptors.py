@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from router import progress
-from router.config import CatalogConfig, DlqConfig, TablesConfig
+from router.config import CatalogConfig, DlqConfig, MaintenanceConfig, TablesConfig
 from router.routing import RoutingTable
 
 STATS_ROW = ""  # the descriptor row carrying a task's phase timings
@@ -53,6 +53,10 @@ class DispatchContext:
     quarantined: frozenset = frozenset()
     # Second pass after failed commits: only dead-letter the records of these tables.
     redirect: frozenset = frozenset()
+    commit_in_tasks: bool = True  # tasks commit the tables they wrote; the driver commits the rest
+    commit_retries: int = 6
+    maintenance: MaintenanceConfig | None = None  # the snapshot expiry rule applied inside each commit
+    drill: tuple | None = None  # crash drills only (router/faults.py): (spec, driver pid)
 
 
 @dataclass
@@ -71,6 +75,14 @@ class TableResult:
     broken: bool = False  # an error (not a policy outcome) failed this table
     replayed: int = 0  # rows dropped because the table already held them (a replay or a rewind)
     settled: dict = field(default_factory=dict)  # dead-letter table only: "topic/partition" -> [min, max] read
+    # Commits a task already made of its part (router.catalog.commit.CommitOutcome); the data
+    # files, offsets and rows above are then only what is left for the driver to commit.
+    commits: list = field(default_factory=list)
+
+    @property
+    def written(self) -> int:
+        """Rows of this batch in the table's new data files, committed by a task or left to the driver."""
+        return self.rows + sum(c.rows for c in self.commits if c.status == "committed")
 
     def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
         progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
@@ -87,6 +99,7 @@ class TableResult:
         self.broken = self.broken or other.broken
         self.replayed += other.replayed
         progress.widen(self.settled, other.settled)
+        self.commits += other.commits
 
 
 def encode_descriptors(results: Iterable[TableResult], stats: dict) -> pa.RecordBatch:

@@ -1,8 +1,8 @@
 """Measurement probes for the benchmark: process memory, data files, per-batch and per-commit records.
 
 Nothing here changes what the job does: the recording dispatcher only notes
-times around the product's own Dispatcher, and the expirer wrapper sees each
-commit outcome before handing it to the real snapshot expirer.
+times around the product's own Dispatcher and copies each batch's commit
+outcomes (made in the tasks or on the driver) after the batch.
 """
 
 from __future__ import annotations
@@ -125,20 +125,9 @@ class CommitRecord:
     table: str
     status: str
     seconds: float
-    wall: float  # time.time() once the batch's commits are done
+    wall: float  # time.time() when the table's commit became visible (in a task or on the driver)
     expired: int = 0
-
-
-class RecordingExpirer:
-    """Sees each commit outcome (its latency) and passes it on to the job's snapshot expirer."""
-
-    def __init__(self, inner, sink: list[CommitRecord], batch_ref: list[int]):
-        self.inner, self.sink, self.batch_ref = inner, sink, batch_ref
-
-    def after_commit(self, outcome) -> None:
-        self.inner.after_commit(outcome)
-        self.sink.append(CommitRecord(self.batch_ref[0], outcome.table, outcome.status, outcome.seconds,
-                                      time.time(), outcome.expired))
+    where: str = "driver"  # which side committed it: driver | task
 
 
 @dataclass
@@ -160,7 +149,6 @@ class RecordingDispatcher(Dispatcher):
         self.commits: list[CommitRecord] = []
         self._batch = [-1]
         self._offsets: dict = {}
-        self.expirer = RecordingExpirer(self.expirer, self.commits, self._batch)
 
     def run_pass(self, df, ctx):
         merged = super().run_pass(df, ctx)
@@ -173,6 +161,9 @@ class RecordingDispatcher(Dispatcher):
         self._batch[0] = batch_id
         self._offsets = {}
         super().__call__(df, batch_id)
+        done = time.time()
+        self.commits += [CommitRecord(batch_id, o.table, o.status, o.seconds, o.committed_at or done, o.expired,
+                                      o.where) for o in self.last_outcomes]
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 
 

@@ -1,8 +1,9 @@
-"""The foreachBatch function: fan the batch out to executors, commit on the driver.
+"""The foreachBatch function: fan the batch out to executors, finish the commits on the driver.
 
 One Spark pass per batch (`mapInArrow`, or the fused source tasks that already
-wrote): executors route, decode, evolve and write files, and return small
-per-table descriptors. The driver then commits every table in parallel. A table
+wrote): executors route, decode, evolve, write files and commit the tables they
+wrote (`job.commit_in_tasks`), and return small per-table descriptors. The
+driver commits, in parallel threads, whatever a task could not. A table
 whose commit fails after all retries is quarantined for this batch: a second,
 narrow pass re-reads only its records and dead-letters them with the original
 bytes, so nothing is lost and no other table waits. The dead-letter table is
@@ -21,9 +22,10 @@ from router.config import RouterConfig
 from router.descriptors import DispatchContext, TableResult, decode_descriptors, descriptor_spark_schema
 from router.driver.commits import CommitReport, commit_all
 from router.driver.fused_stream import redirect_pass
-from router.driver.housekeeping import BackgroundMaintenance, SnapshotExpirer
+from router.driver.housekeeping import BackgroundMaintenance
 from router.driver.status import BatchStats, query_lag, write_status
 from router.exceptions import is_transient
+from router.faults import drill
 from router.executor.dead_letters import ensure_dead_letter_table
 from router.executor.fused_reader import write_quarantine
 from router.executor.tasks import process_partition
@@ -49,7 +51,6 @@ class Dispatcher:
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
         self.registry = config.registry_config()
         self.policies = config.policies()
-        self.expirer = SnapshotExpirer(config.catalog, config.maintenance)
         self.compactor = BackgroundMaintenance(config)
         self.transient_retry_seconds = transient_retry_seconds
         self.history: list[BatchStats] = []
@@ -61,6 +62,7 @@ class Dispatcher:
         self.last_timings: dict = {}
         self.last_ranges: list = []
         self.last_read: dict = {}  # "topic/partition" -> [min, max] of the records the batch read
+        self.last_outcomes: list = []  # every table commit of the last batch (router.catalog.commit.CommitOutcome)
         self.fused = fused_options
         self.quarantine_file = quarantine_file
         self.spark = spark
@@ -74,7 +76,9 @@ class Dispatcher:
             job=self.config.job.name, batch_id=batch_id, catalog=self.config.catalog, registry=self.registry,
             routing=self.routing, policies=self.policies, tables=self.config.tables, dlq=self.config.dlq,
             unmatched=self.config.unmatched, tombstones=self.config.tombstones, dlq_producer=dlq_producer,
-            redirect=redirect, quarantined=frozenset(self.quarantined))
+            redirect=redirect, quarantined=frozenset(self.quarantined),
+            commit_in_tasks=self.config.job.commit_in_tasks, commit_retries=self.config.job.commit_retries,
+            maintenance=self.config.maintenance, drill=drill())
 
     def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
         if ctx.redirect and self.fused is not None:
@@ -115,7 +119,10 @@ class Dispatcher:
         dlq_result = results.pop(dlq_table, None) if dlq_table else None
 
         t_commit = time.perf_counter()
-        report = self.commit_with_outage_retry(results, batch_id)
+        # tables the tasks committed already; the driver commits what they left (or everything)
+        in_tasks = [o for r in results.values() for o in r.commits]
+        report = self.commit_with_outage_retry({t: r for t, r in results.items() if r.data_files}, batch_id)
+        report.outcomes = in_tasks + report.outcomes
         failed = {o.table: o.error for o in report.failed}
         failed.update({r.table: r.failure for r in results.values() if r.failure and r.table not in failed})
         commit_failed = frozenset(o.table for o in report.failed)
@@ -144,17 +151,16 @@ class Dispatcher:
                 stats.dead_letters = dlq_result.rows
         stats.commit_seconds = time.perf_counter() - t_commit
 
-        for outcome in report.outcomes:
-            self.expirer.after_commit(outcome)
-            if outcome.status == "committed":
-                self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
-        self.compactor.submit([o.table for o in report.committed])
+        for outcome in report.committed:
+            self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
+        self.last_outcomes = report.outcomes
+        self.compactor.submit(sorted({o.table for o in report.committed}))
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
         self.track_failures(broken, {o.table for o in report.committed})
         if self.quarantine_file and self.quarantined:
             write_quarantine(self.quarantine_file, list(self.quarantined))
-        stats.tables_committed = len([o for o in report.committed if o.table != dlq_table and o.files])
+        stats.tables_committed = len({o.table for o in report.committed if o.table != dlq_table and o.files})
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.rows_replayed = (sum(r.replayed for r in results.values())
                                + (dlq_result.replayed if dlq_result is not None else 0)
@@ -171,7 +177,8 @@ class Dispatcher:
         of the catalog, not a bad table: wait and retry instead of quarantining everything."""
         job = self.config.job
         report = commit_all(self.config.catalog, results.values(), job.name, batch_id,
-                            threads=job.commit_threads, retries=job.commit_retries)
+                            threads=job.commit_threads, retries=job.commit_retries,
+                            maintenance=self.config.maintenance)
         deadline = time.monotonic() + self.transient_retry_seconds
         delay = 2.0
         while (report.failed and not report.committed and time.monotonic() < deadline
@@ -181,7 +188,8 @@ class Dispatcher:
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
             retry = commit_all(self.config.catalog, [results[o.table] for o in report.failed], job.name,
-                               batch_id, threads=job.commit_threads, retries=job.commit_retries)
+                               batch_id, threads=job.commit_threads, retries=job.commit_retries,
+                               maintenance=self.config.maintenance)
             done = [o for o in report.outcomes if o.status != "failed"]
             report.outcomes = done + retry.outcomes
         return report

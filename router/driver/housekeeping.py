@@ -1,8 +1,7 @@
 """Table upkeep the job does while it runs, never on behalf of a batch's success.
 
-`SnapshotExpirer` expires snapshots every N commits of a table (commit latency
-grows with retained snapshots); `BackgroundMaintenance` compacts the job's
-tables off the batch path. Failures are logged, never raised: maintenance must
+`BackgroundMaintenance` compacts the job's tables off the batch path (snapshot
+expiry happens inside each table's commit, router/catalog/commit.py). Failures are logged, never raised: maintenance must
 never fail ingestion.
 """
 
@@ -11,32 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from router.catalog import expire_snapshots, load_table
-from router.config import CatalogConfig, MaintenanceConfig, RouterConfig
-from router.driver.commits import CommitOutcome
+from router.config import RouterConfig
 from router.maintenance import MaintenanceScheduler
 
 log = logging.getLogger("icerouter.job")
-
-
-class SnapshotExpirer:
-    """Expire old snapshots every N commits of a table so commit latency stays flat."""
-
-    def __init__(self, catalog: CatalogConfig, config: MaintenanceConfig):
-        self.catalog, self.config = catalog, config
-        self.commits: dict[str, int] = {}
-
-    def after_commit(self, outcome: CommitOutcome) -> None:
-        if outcome.status != "committed":
-            return
-        count = self.commits[outcome.table] = self.commits.get(outcome.table, 0) + 1
-        if count % self.config.expire_every_commits == 0:
-            try:
-                outcome.expired = expire_snapshots(load_table(self.catalog, outcome.table, refresh=True),
-                                                   self.config.retain_last_snapshots,
-                                                   self.config.max_snapshot_age_seconds)
-            except Exception as exc:  # maintenance must never fail ingestion
-                log.warning("snapshot expiry failed for %s: %s", outcome.table, exc)
 
 
 class BackgroundMaintenance:

@@ -246,10 +246,16 @@ class PartitionWriter:
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
 
     def held_offsets(self, table_id: str) -> dict:
-        """The next offsets `table_id` holds, read once per task (only the driver commits them)."""
+        """The next offsets `table_id` holds, read once per task from fresh metadata.
+
+        Other processes commit this table between two tasks of this worker (the
+        driver, other tasks, a retried attempt of this one): the process's cached
+        handle may be behind, so it is refreshed here, once per task and table,
+        and evolution and the commit then start from that fresh metadata.
+        """
         if table_id not in self.held:
             try:
-                table = load_table(self.ctx.catalog, table_id)
+                table = load_table(self.ctx.catalog, table_id, refresh=True)
                 self.held[table_id] = progress.stored_progress(table, self.ctx.job).get("offsets", {})
             except NoSuchTableError:
                 self.held[table_id] = {}

@@ -15,7 +15,8 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from router import progress
-from router.descriptors import RANGES_STAT, READ_STAT, DispatchContext, encode_descriptors
+from router.catalog.commit import commit_table
+from router.descriptors import RANGES_STAT, READ_STAT, DispatchContext, TableResult, encode_descriptors
 from router.exceptions import crossing_process_boundary
 from router.executor.partition import PartitionWriter
 
@@ -31,6 +32,10 @@ def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext, r
     writer = PartitionWriter(ctx)
     with crossing_process_boundary():
         results = writer.run(source)
+    if ctx.commit_in_tasks and not ctx.redirect:
+        t_commit = time.perf_counter()
+        commit_here(ctx, results)
+        writer.timings["commit"] = time.perf_counter() - t_commit
     writer.timings["source"] = read_seconds
     writer.timings["records"] = source.num_rows
     read: dict = {}
@@ -41,3 +46,22 @@ def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext, r
     if ranges is not None:  # lets a redirect pass re-read exactly what this task read
         writer.timings[RANGES_STAT] = [tuple(r) for r in ranges]
     yield encode_descriptors(results, dict(writer.timings))
+
+
+def commit_here(ctx: DispatchContext, results: Sequence[TableResult]) -> None:
+    """Commit, in this task, every table it wrote; what fails is left in the result for the driver.
+
+    Commit throughput then grows with executor cores instead of one driver
+    thread, and a table is visible as soon as its task is done. Exactly-once
+    holds across tasks and retries by offsets (router/catalog/commit.py). The
+    dead-letter table is left to the driver: it commits last, with the offsets
+    the whole batch settled.
+    """
+    for result in results:
+        if not result.data_files or result.table == ctx.dlq.table:
+            continue
+        outcome = commit_table(ctx.catalog, result, ctx.job, ctx.batch_id, retries=ctx.commit_retries,
+                               maintenance=ctx.maintenance, drill=ctx.drill, where="task")
+        if outcome.status in ("committed", "skipped"):
+            result.commits.append(outcome)
+            result.data_files, result.offsets, result.rows = [], {}, 0

@@ -101,7 +101,7 @@ def test_job_plan_and_check_agree(case: Case, catalog_config, registry_url, uniq
 
     results, _ = run_batch(dispatcher, [source_batch([(topic, 0, 1, enc2(case.v2_value), None)])], 1)
     outcome = results[table]
-    written = outcome.rows == 1 and outcome.failure is None and outcome.dead_letters == 0
+    written = outcome.written == 1 and outcome.failure is None and outcome.dead_letters == 0
     rows = read(catalog_config, table, "id") if case.v1 is not None or written else []
 
     assert len(by_subject) == len(by_file) == len(checked["tables"]) == 1

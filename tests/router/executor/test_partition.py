@@ -69,7 +69,10 @@ def run_batch(dispatcher: Dispatcher, batches: list[pa.RecordBatch], batch_id: i
                     continue
                 result = pickle.loads(blob)
                 results.setdefault(table, TableResult(table)).merge(result)
-    report = commit_all(dispatcher.config.catalog, results.values(), dispatcher.config.job.name, batch_id)
+    # as the dispatcher does: the tasks committed what they could, the driver commits the rest
+    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.data_files],
+                        dispatcher.config.job.name, batch_id)
+    report.outcomes = [o for r in results.values() for o in r.commits] + report.outcomes
     return results, report
 
 

@@ -103,7 +103,8 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
         workdir / f"{p}.yaml", bootstrap=bootstrap, registry=reg, catalog_props=catalog_props, job_name=f"job_{p}",
         topics_pattern=rf"{re.escape(p)}\..*", namespaces=[raw, ops], dlq_table=ledger.dlq_table,
         routes=[{"name": "raw", "topic": rf"{re.escape(p)}\..*", "table": f"{raw}.{{topic}}"}],
-        tombstones="ignore", job={"commit_threads": 1})  # serial commits: crash points are exact
+        # one core: tasks commit one table at a time, so the crash points are exact
+        tombstones="ignore", job={"commit_threads": 1, "spark": {"spark.master": "local[1]", "spark.driver.memory": "1g"}})
     log = workdir / f"{p}.log"
     facts: dict[str, Any] = {"config": config, "topics": topics, "table_of": table_of}
     runs = []
