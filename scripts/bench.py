@@ -1,7 +1,7 @@
 """icerouter at scale: hundreds of topics into Iceberg, against a hand-written baseline and the raw ceiling.
 
-    python scripts/bench.py [--mode throughput|scale|freshness|soak] [--topics N] [--records M]
-                            [--json FILE] [--workdir DIR] ...
+    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling] [--topics N]
+                            [--records M] [--commit-in tasks|driver] [--json FILE] [--workdir DIR] ...
 
 throughput (default): N topics (200) x 3 partitions, M Avro records (2,000,000, ~490 B, 12
     fields) produced up front, routed one table per topic plus one fan-in table, the job run
@@ -11,8 +11,11 @@ scale: 500 topics -> 500 tables (no fan-in), same figures.
 freshness: a producer at a steady rate (5,000 records/s over 200 topics) for --duration
     seconds (300) against the job with a 10 s trigger; reports commit time - record
     timestamp percentiles and per-table commit latency over time.
-soak: the commit path alone (no Spark) for --batches batches (500) over --soak-tables
-    tables, with the job's snapshot expiry: commit latency of the last 10 vs the first 10.
+soak: the live job, --soak-tables topics (20) at --rate 2,000 records/s, 1 s trigger, until
+    --batches (500): commit latency of the last 10 batches vs the first 10 (bench_soak.py).
+commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core standalone
+    cluster, commits in tasks and on the driver: tables per second (bench_scaling.py).
+--commit-in sets job.commit_in_tasks (tasks: in the Spark tasks, driver: on the driver).
 
 A local broker (noida-db), the registry emulator and a SQLite catalog are started in
 --workdir (a temporary directory by default) and stopped at the end.
@@ -41,7 +44,8 @@ from bench_report import render  # noqa: E402
 MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True},
                  "scale": {"topics": 500, "fan_in": False},
                  "freshness": {"topics": 200, "fan_in": True},
-                 "soak": {"topics": 0, "fan_in": False}}
+                 "soak": {"topics": 0, "fan_in": False},
+                 "commit-scaling": {"topics": 200, "fan_in": False}}
 NAMESPACE = "bench"
 FAN_IN_TABLE = f"{NAMESPACE}.all_orders"
 
@@ -56,11 +60,16 @@ def parse_args(argv):
     ap.add_argument("--no-fan-in", action="store_true", help="no fan-in table (scale mode never has one)")
     ap.add_argument("--baseline-topics", type=int, default=20, help="topics the baseline reads (0: skip)")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the raw confluent-kafka consume")
-    ap.add_argument("--rate", type=float, default=5000.0, help="freshness: records/s")
+    ap.add_argument("--rate", type=float, help="records/s: freshness (default 5000), soak (default 2000)")
     ap.add_argument("--duration", type=float, default=300.0, help="freshness: producer seconds")
-    ap.add_argument("--trigger", type=float, default=10.0, help="freshness: trigger seconds")
-    ap.add_argument("--batches", type=int, default=500, help="soak: commit batches")
-    ap.add_argument("--soak-tables", type=int, default=20)
+    ap.add_argument("--trigger", type=float, help="trigger seconds: freshness (default 10), soak (default 1)")
+    ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
+    ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
+    ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
+                    help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
+    ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")
+    ap.add_argument("--scaling-records", type=int, default=100, help="commit-scaling: records per topic per batch")
+    ap.add_argument("--scaling-configs", help="commit-scaling: comma-separated configuration names (default all)")
     ap.add_argument("--commit-threads", type=int, help="job.commit_threads (job default 8)")
     ap.add_argument("--expire-every", type=int, help="maintenance.expire_every_commits (job default)")
     ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
@@ -72,29 +81,47 @@ def parse_args(argv):
     defaults = MODE_DEFAULTS[args.mode]
     args.topics = args.topics or defaults["topics"]
     args.fan_in = defaults["fan_in"] and not args.no_fan_in
+    args.trigger = args.trigger or (1.0 if args.mode == "soak" else 10.0)
+    args.rate = args.rate or (2000.0 if args.mode == "soak" else 5000.0)
     return args
 
 
-def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict):
+def commit_setting(commit_in: str) -> dict:
+    """`job.commit_in_tasks` for the config dict. Until router/config.py has the key, driver commits
+    are what the job does anyway (the key is left out) and task commits cannot be had."""
+    from router.config import JobConfig
+
+    if "commit_in_tasks" in JobConfig.__dataclass_fields__:
+        return {"commit_in_tasks": commit_in == "tasks"}
+    if commit_in == "tasks":
+        raise RuntimeError("job.commit_in_tasks is not in router/config.py on this branch (task commits "
+                           "not merged yet): use --commit-in driver")
+    return {}
+
+
+def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict, *,
+               pattern: str = r"orders\..*", spark: dict | None = None, commit_in: str | None = None):
+    """The job's config for a run; `spark` replaces the job.spark settings (master and all)."""
     from router.config import parse_config
 
-    routes = [{"name": "per-topic", "topic": r"orders\..*", "table": NAMESPACE + ".{topic}"}]
+    routes = [{"name": "per-topic", "topic": pattern, "table": NAMESPACE + ".{topic}"}]
     if args.fan_in:
-        routes.append({"name": "fan-in", "topic": r"orders\..*", "table": FAN_IN_TABLE})
+        routes.append({"name": "fan-in", "topic": pattern, "table": FAN_IN_TABLE})
     maintenance = {}
     if args.expire_every:
         maintenance["expire_every_commits"] = args.expire_every
     if args.max_snapshot_age:
         maintenance["max_snapshot_age_seconds"] = args.max_snapshot_age
     return parse_config({
-        "kafka": {"bootstrap_servers": bootstrap, "pattern": r"orders\..*", "client": client,
+        "kafka": {"bootstrap_servers": bootstrap, "pattern": pattern, "client": client,
                   "max_records_per_batch": args.batch_records},
         "registry": {"url": registry_url},
         "catalog": {"name": "bench", "properties": {
             "type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": (root / "warehouse").as_uri()}},
         "job": {"name": "bench", "checkpoint": str(root / "checkpoint"), "trigger_seconds": args.trigger,
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
-                "spark": {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
+                **commit_setting(commit_in or args.commit_in),
+                "spark": spark or {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [NAMESPACE, "ops", "warm"]},
         "routes": routes,
         "maintenance": maintenance,
@@ -175,6 +202,7 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
 
     result: dict = {"mode": args.mode, "topics": args.topics, "partitions": args.partitions,
                     "records": args.records, "fan_in": args.fan_in, "batch_records": args.batch_records,
+                    "commit_in": args.commit_in,
                     "load_before": load_average()}
     topics = [f"orders.{i:03d}" for i in range(args.topics)]
     print(f"setting up {args.topics} topics x {args.partitions} partitions ...", flush=True)
@@ -254,23 +282,31 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     args = parse_args(argv)
+    if args.mode != "commit-scaling":  # fail before the stack starts, not after the set-up
+        try:
+            commit_setting(args.commit_in)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the broker and clean up on kill
     root = Path(args.workdir or tempfile.mkdtemp(prefix="icerouter-bench-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     print(f"icerouter bench, mode {args.mode}, working in {root}; load average {load_average()}", flush=True)
     try:
-        if args.mode == "soak":
-            from bench_soak import run_soak
+        with Stack(root) as stack:
+            if args.mode == "freshness":
+                from bench_fresh import run_freshness
 
-            result = run_soak(args, root)
-        else:
-            with Stack(root) as stack:
-                if args.mode == "freshness":
-                    from bench_fresh import run_freshness
+                result = run_freshness(args, stack, root)
+            elif args.mode == "soak":
+                from bench_soak import run_soak
 
-                    result = run_freshness(args, stack, root)
-                else:
-                    result = run_throughput(args, stack, root)
+                result = run_soak(args, stack, root)
+            elif args.mode == "commit-scaling":
+                from bench_scaling import run_commit_scaling
+
+                result = run_commit_scaling(args, stack, root)
+            else:
+                result = run_throughput(args, stack, root)
     finally:
         if not args.keep and not args.workdir:
             shutil.rmtree(root, ignore_errors=True)

@@ -121,9 +121,10 @@ def produce_bulk(conf: dict, ids: dict[str, int], partitions: int, records: int,
 
 
 def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float, seconds: float,
-                   pool: list[bytes], out_file: str) -> None:
-    """Produce `rate` records/s for `seconds`, writing (topic, partition, offset, timestamp_ms) of every
-    acknowledged record to `out_file` (npz). Runs in its own process so the job's driver is not slowed."""
+                   pool: list[bytes], out_file: str | None, stop=None) -> None:
+    """Produce `rate` records/s for `seconds` (or until the `stop` event is set), writing (topic, partition,
+    offset, timestamp_ms) of every acknowledged record to `out_file` (npz; None: keep no acks, for long
+    runs). Runs in its own process so the job's driver is not slowed."""
     import numpy as np
 
     producer = _producer({**conf, "linger.ms": "5"})
@@ -137,12 +138,13 @@ def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float
         if err is None:
             acks.append((index[msg.topic()], msg.partition(), msg.offset(), msg.timestamp()[1]))
 
+    callback = on_delivery if out_file else None
     started = time.time()
     sent = 0
     tick = 0.02
     while True:
         elapsed = time.time() - started
-        if elapsed >= seconds:
+        if elapsed >= seconds or (stop is not None and stop.is_set()):
             break
         due = int(elapsed * rate)
         while sent < due:
@@ -150,7 +152,7 @@ def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float
             t = tp // partitions
             try:
                 producer.produce(topics[t], value=prefixes[t] + pool[sent % n_pool], key=b"%d" % sent,
-                                 partition=tp % partitions, on_delivery=on_delivery)
+                                 partition=tp % partitions, on_delivery=callback)
             except BufferError:
                 producer.poll(0.01)
                 continue
@@ -158,8 +160,9 @@ def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float
         producer.poll(0)
         time.sleep(tick)
     producer.flush(120)
-    arr = np.array(acks, dtype=np.int64).reshape(-1, 4)
-    np.savez(out_file, acks=arr, topics=np.array(topics))
+    if out_file:
+        arr = np.array(acks, dtype=np.int64).reshape(-1, 4)
+        np.savez(out_file, acks=arr, topics=np.array(topics))
 
 
 def raw_consume(conf: dict, topics: list[str], partitions: int, expected: int) -> float:

@@ -71,6 +71,7 @@ def run_freshness(args, stack, root: Path) -> dict:
 
     result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
               "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
+              "commit_in": args.commit_in,
               "load_before": load_average()}
     topics = [f"orders.{i:03d}" for i in range(args.topics)]
     stack.broker.create_topics(topics, partitions=args.partitions, timeout=120)

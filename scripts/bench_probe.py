@@ -52,16 +52,30 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _descendants(kids: dict[int, list[int]], roots) -> list[int]:
+    stack, out = [k for r in roots for k in kids.get(r, [])], []
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(kids.get(pid, []))
+    return out
+
+
 class MemorySampler:
     """Peak RSS of the driver (Python), the JVM and the Python workers, sampled from /proc.
 
     VmHWM gives each process's own peak; the workers' combined peak needs sampling
-    because several worker processes are alive at once.
+    because several worker processes are alive at once. `executor_roots`: pids of
+    standalone Spark workers, whose executor JVMs and Python workers are not our
+    descendants; their executors' RSS is summed as `executors_jvm_mb`.
     """
 
-    def __init__(self, interval: float = 0.5):
+    def __init__(self, interval: float = 0.5, executor_roots=()):
         self.interval = interval
+        self.executor_roots = list(executor_roots)
         self.peak = {"driver_python_mb": 0.0, "jvm_mb": 0.0, "workers_total_mb": 0.0, "worker_max_mb": 0.0}
+        if self.executor_roots:
+            self.peak["executors_jvm_mb"] = 0.0
         self.worker_pids: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-memory", daemon=True)
@@ -83,23 +97,24 @@ class MemorySampler:
     def sample(self) -> None:
         me = os.getpid()
         kids = _children()
-        stack, descendants = list(kids.get(me, [])), []
-        while stack:
-            pid = stack.pop()
-            descendants.append(pid)
-            stack.extend(kids.get(pid, []))
-        workers_now = 0
+        remote = set(_descendants(kids, self.executor_roots))
+        workers_now = executors_now = 0
         self.peak["driver_python_mb"] = max(self.peak["driver_python_mb"], _status_kb(me, "VmHWM") / 1024)
-        for pid in descendants:
+        for pid in _descendants(kids, [me]) + sorted(remote):
             cmd = _cmdline(pid)
             if "java" in cmd.split(" ", 1)[0]:
-                self.peak["jvm_mb"] = max(self.peak["jvm_mb"], _status_kb(pid, "VmHWM") / 1024)
+                if pid in remote:
+                    executors_now += _status_kb(pid, "VmRSS") / 1024
+                else:
+                    self.peak["jvm_mb"] = max(self.peak["jvm_mb"], _status_kb(pid, "VmHWM") / 1024)
             elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
                 self.worker_pids.add(pid)
                 rss = _status_kb(pid, "VmRSS") / 1024
                 workers_now += rss
                 self.peak["worker_max_mb"] = max(self.peak["worker_max_mb"], _status_kb(pid, "VmHWM") / 1024)
         self.peak["workers_total_mb"] = max(self.peak["workers_total_mb"], workers_now)
+        if self.executor_roots:
+            self.peak["executors_jvm_mb"] = max(self.peak["executors_jvm_mb"], executors_now)
 
 
 def data_file_stats(warehouse: Path, namespace: str) -> dict:

@@ -34,7 +34,8 @@ def _batches(rows: list[dict], limit: int = 40) -> list[str]:
 def render_throughput(r: dict) -> list[str]:
     ours = r["ours"]
     lines = [f"{r['mode']}: {r['topics']} topics x {r['partitions']} partitions, {r['records']:,} records of "
-             f"~{r['value_bytes_mean']:.0f} B, {'one table per topic + one fan-in table' if r['fan_in'] else 'one table per topic'}; "
+             f"~{r['value_bytes_mean']:.0f} B, {'one table per topic + one fan-in table' if r['fan_in'] else 'one table per topic'}, "
+             f"commits in the {r.get('commit_in', 'driver')}; "
              f"load average before {r['load_before']} after {r['load_after']}",
              f"  produce rate (set-up)           {r['produce_records_per_s']:>12,} records/s"]
     ok = ours["records_per_s"] >= TARGETS["records_per_s"]
@@ -79,7 +80,8 @@ def render_throughput(r: dict) -> list[str]:
 def render_freshness(r: dict) -> list[str]:
     lat = r["latency_s"]
     lines = [f"freshness: {r['topics']} topics, {r['rate']:,.0f} records/s for {r['duration']:.0f} s, trigger "
-             f"{r['trigger']:.0f} s, {r['acked']:,} records produced; load average before {r['load_before']} "
+             f"{r['trigger']:.0f} s, {r['acked']:,} records produced, commits in the {r.get('commit_in', 'driver')}; "
+             f"load average before {r['load_before']} "
              f"after {r['load_after']}",
              f"  commit time - record timestamp  p50 {lat['p50']:.2f} s  p95 {lat['p95']:.2f} s  max {lat['max']:.2f} s "
              f"over {lat['records']:,} records  target p95 <= {TARGETS['fresh_p95_s']:.0f} s: "
@@ -104,19 +106,65 @@ def render_freshness(r: dict) -> list[str]:
     return lines + _batches(r["batches"])
 
 
+def _drift(d: dict | None, unit: str, scale: float = 1.0, digits: int = 1) -> str:
+    if not d:
+        return "not measured (too few batches, or no per-table commit records)"
+    return (f"first {d['n']} batches {d['first'] * scale:.{digits}f} {unit}, last {d['n']} "
+            f"{d['last'] * scale:.{digits}f} {unit}: x{d['ratio'] if d['ratio'] is not None else float('nan'):.2f}")
+
+
+def _memory(m: dict) -> str:
+    text = (f"driver Python {m['driver_python_mb']:,.0f} MB, JVM {m['jvm_mb']:,.0f} MB, Python workers "
+            f"{m['workers_total_mb']:,.0f} MB together")
+    if "executors_jvm_mb" in m:
+        text += f", executor JVMs {m['executors_jvm_mb']:,.0f} MB together"
+    return text
+
+
 def render_soak(r: dict) -> list[str]:
     d = r["commit_drift"]
-    lines = [f"soak: {r['batches']} commit batches over {r['tables']} tables (commit path only, no Spark, "
-             f"{r['commit_threads']} commit threads), "
-             f"expire every {r['expire_every']} commits keeping {r['retain_last']} snapshots younger than "
-             f"{r['max_snapshot_age']} s; load average before {r['load_before']} after {r['load_after']}",
-             f"  per-table commit latency        first 10 batches {d['first10_ms']:.1f} ms, last 10 "
-             f"{d['last10_ms']:.1f} ms: x{d['ratio']:.2f}  target <= {TARGETS['commit_drift']}: "
-             f"{_verdict(d['ratio'] <= TARGETS['commit_drift'])}",
-             f"  snapshots per table at the end  {r['snapshots_at_end']}"]
+    ok = d is not None and d["ratio"] is not None and d["ratio"] <= TARGETS["commit_drift"]
+    s = r["snapshots_at_end"]
+    lines = [f"soak (live job): {r['ran_batches']} batches over {r['tables']} tables in {r['seconds']:,.0f} s, "
+             f"{r['rate']:,.0f} records/s, trigger {r['trigger']:g} s, commits in the {r['commit_in']}; expire every "
+             f"{r['expire_every']} commits keeping {r['retain_last']} snapshots younger than {r['max_snapshot_age']} s; "
+             f"load average before {r['load_before']} after {r['load_after']}",
+             f"  per-table commit latency        {_drift(d, 'ms')}  target <= {TARGETS['commit_drift']}: "
+             f"{_verdict(ok)}",
+             f"  driver commit phase             {_drift(r['commit_phase_drift'], 's', digits=3)}",
+             f"  batch total                     {_drift(r['batch_drift'], 's', digits=3)}",
+             f"  dead-letter table commit        {_drift(r['dlq_commit_drift'], 'ms')}",
+             f"  snapshots per table at the end  mean {s['mean']} (min {s['min']}, max {s['max']}, "
+             f"{s['tables']} tables); dead-letter table {r['dlq_snapshots_at_end']['max']}",
+             f"  peak RSS                        {_memory(r['memory_peak_mb'])}",
+             "  over time (mean per batch: records, per-table commit, commit phase, batch total; max lag):"]
     for row in r["timeline"]:
-        lines.append(f"    batches {row['from']:>4}-{row['to']:<4} per-table commit mean {row['mean_ms']:6.1f} ms, "
-                     f"batch commit phase {row['batch_s']:.3f} s")
+        mean = f"{row['table_mean_ms']:6.1f}" if row["table_mean_ms"] is not None else "     -"
+        lag = "-" if row["lag"] is None else f"{row['lag']:,}"
+        lines.append(f"    batches {row['from']:>4}-{row['to']:<4} at {row['t']:>6.0f} s: {row['records']:>6,} records, "
+                     f"per table {mean} ms, commit {row['commit_s']:.3f} s, total {row['total_s']:.3f} s, lag {lag}")
+    return lines
+
+
+SCALING_COLUMNS = (("name", "{:<18}"), ("commit_in", "{:<7}"), ("tables_per_batch", "{:>13.1f}"),
+                   ("batch_s", "{:>8.2f}"), ("tables_per_s", "{:>9.1f}"), ("dispatch_s", "{:>10.2f}"),
+                   ("commit_s", "{:>8.2f}"), ("table_commit_p50_ms", "{:>10.1f}"))
+
+
+def render_scaling(r: dict) -> list[str]:
+    lines = [f"commit-scaling: {r['topics']} topics -> {r['topics']} tables, {r['records_per_topic']} records per "
+             f"topic per batch, {r['measured_batches']} measured batches after one warm-up batch per configuration; "
+             f"load average before {r['load_before']} after {r['load_after']}",
+             "  tables/s = tables committed / batch seconds; dispatch and commit = driver wall seconds per batch",
+             "  " + " ".join(["configuration".ljust(18), "commits", "tables/batch", " batch_s", " tables/s",
+                              "dispatch_s", "commit_s", "p50 ms/tbl"]) + "  peak RSS"]
+    for c in r["configurations"]:
+        if c["status"] != "ok":
+            why = c["reason"].strip().splitlines()[-1] if c["reason"].strip() else "?"
+            lines.append(f"  {c['name']:<18} {c['commit_in']:<7} {c['status'].upper()}: {why[:160]}")
+            continue
+        cells = [fmt.format(c[k] if c[k] is not None else float("nan")) for k, fmt in SCALING_COLUMNS]
+        lines.append("  " + " ".join(cells) + "  " + _memory(c["memory_peak_mb"]))
     return lines
 
 
@@ -126,6 +174,8 @@ def render(result: dict) -> str:
         lines = render_freshness(result)
     elif mode == "soak":
         lines = render_soak(result)
+    elif mode == "commit-scaling":
+        lines = render_scaling(result)
     else:
         lines = render_throughput(result)
     return "\n".join(["", *lines])

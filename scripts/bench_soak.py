@@ -1,78 +1,159 @@
-"""Soak mode: the driver's commit path alone, batch after batch, with the job's snapshot expiry.
+"""Soak mode: the live job for hundreds of short batches; does committing get slower as tables age?
 
-Each batch writes one small data file per table (outside the timing), then
-commits every table in parallel through `router.driver.commits.commit_all` and hands
-each outcome to the job's `SnapshotExpirer`, exactly as the dispatcher does.
-Without expiry every commit rewrites a longer snapshot list, so the latency of
-the last batches against the first ones shows whether expiry keeps it flat.
+Every table commit appends a snapshot, and pyiceberg rewrites the whole snapshot
+list on each commit, so without expiry the commit latency keeps growing. Here the
+real job runs (Spark, fused source, SQLite catalog, the job's snapshot expiry and
+background maintenance) over --soak-tables topics, one table each, fed by a
+steady producer in its own process with a short trigger, until --batches batches
+have committed. The last 10 batches are compared with the first 10 (batch 0,
+which creates the tables, left out): per-table commit latency, the driver's
+commit phase and the whole batch.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import time
 from pathlib import Path
 
-import pyarrow as pa
+import bench_data as data
+
+WINDOW = 10  # batches compared at each end
 
 
-def run_soak(args, root: Path) -> dict:
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
+def first_last(values: list[float], n: int = WINDOW) -> dict | None:
+    """Mean of the first n against the last n values (fewer when the run is short, never overlapping)."""
+    n = min(n, len(values) // 2)
+    if n == 0:
+        return None
+    first, last = statistics.mean(values[:n]), statistics.mean(values[-n:])
+    return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
 
-    from bench import load_average
-    from router.driver.commits import commit_all
-    from router.driver.housekeeping import SnapshotExpirer
-    from router.config import CatalogConfig, MaintenanceConfig
-    from router.catalog import create_table, load_table
-    from router.descriptors import TableResult
 
-    defaults = MaintenanceConfig()
-    maintenance = MaintenanceConfig(
-        expire_every_commits=args.expire_every or defaults.expire_every_commits,
-        retain_last_snapshots=defaults.retain_last_snapshots,
-        max_snapshot_age_seconds=(args.max_snapshot_age if args.max_snapshot_age is not None
-                                  else defaults.max_snapshot_age_seconds))
-    catalog = CatalogConfig("soak", {"type": "sql", "uri": f"sqlite:///{root / 'soak.db'}",
-                                     "warehouse": (root / "warehouse").as_uri()})
-    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "body", StringType(), required=False))
-    names = [f"soak.t{i:03d}" for i in range(args.soak_tables)]
-    for name in names:
-        create_table(catalog, name, schema)
-    expirer = SnapshotExpirer(catalog, maintenance)
-    threads = args.commit_threads or 8
-    result = {"mode": "soak", "batches": args.batches, "tables": len(names), "commit_threads": threads,
-              "expire_every": maintenance.expire_every_commits, "retain_last": maintenance.retain_last_snapshots,
-              "max_snapshot_age": maintenance.max_snapshot_age_seconds, "load_before": load_average()}
-    per_batch, batch_wall = [], []
-    for batch_id in range(args.batches):
-        results = []
-        for name in names:
-            table = load_table(catalog, name)
-            data = pa.table({"id": pa.array(range(batch_id * 100, batch_id * 100 + 100), pa.int64()),
-                             "body": pa.array(["x" * 40] * 100)})
-            files = list(_dataframe_to_data_files(table.metadata, data, table.io))
-            results.append(TableResult(name, data_files=files, rows=100, offsets={"soak/0": [batch_id, batch_id]}))
-        started = time.perf_counter()
-        report = commit_all(catalog, results, "soak", batch_id, threads=threads)
-        batch_wall.append(time.perf_counter() - started)
-        for outcome in report.outcomes:
-            expirer.after_commit(outcome)
-        if report.failed:
-            raise RuntimeError(f"batch {batch_id}: {report.failed[0].table}: {report.failed[0].error}")
-        per_batch.append(statistics.mean(o.seconds for o in report.outcomes) * 1000)
-        if batch_id % 50 == 49:
-            print(f"  batch {batch_id + 1}: per-table commit {per_batch[-1]:.1f} ms", flush=True)
-    first, last = statistics.mean(per_batch[:10]), statistics.mean(per_batch[-10:])
-    result["commit_drift"] = {"first10_ms": round(first, 2), "last10_ms": round(last, 2),
-                              "ratio": round(last / first, 3)}
-    step = max(1, args.batches // 10)
-    result["timeline"] = [{"from": i, "to": min(i + step, args.batches) - 1,
-                           "mean_ms": round(statistics.mean(per_batch[i:i + step]), 2),
-                           "batch_s": round(statistics.mean(batch_wall[i:i + step]), 4)}
-                          for i in range(0, args.batches, step)]
-    result["snapshots_at_end"] = round(statistics.mean(
-        len(load_table(catalog, n, refresh=True).metadata.snapshots) for n in names), 1)
+def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
+    """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
+    by_batch: dict[int, list[float]] = {}
+    for c in commits:
+        if c.status == "committed" and c.table not in skip:
+            by_batch.setdefault(c.batch_id, []).append(c.seconds * 1000)
+    rows = []
+    for b in batches:
+        mine = by_batch.get(b.batch_id, [])
+        s = b.stats
+        rows.append({"batch": b.batch_id, "t": round(b.ended - t0, 1), "records": s.records,
+                     "tables": s.tables_committed, "table_mean_ms": round(statistics.mean(mine), 2) if mine else None,
+                     "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
+                     "total_s": round(s.total_seconds, 4), "lag": s.lag})
+    return rows
+
+
+def timeline(rows: list[dict], steps: int = 10) -> list[dict]:
+    """The run cut into `steps` equal spans of batches: means per span."""
+    size = max(1, -(-len(rows) // steps))
+    out = []
+    for i in range(0, len(rows), size):
+        span = rows[i:i + size]
+        means = [r["table_mean_ms"] for r in span if r["table_mean_ms"] is not None]
+        lags = [r["lag"] for r in span if r["lag"] is not None]
+        out.append({"from": span[0]["batch"], "to": span[-1]["batch"], "t": span[-1]["t"],
+                    "records": round(statistics.mean(r["records"] for r in span)),
+                    "table_mean_ms": round(statistics.mean(means), 2) if means else None,
+                    "commit_s": round(statistics.mean(r["commit_s"] for r in span), 4),
+                    "total_s": round(statistics.mean(r["total_s"] for r in span), 4),
+                    "lag": max(lags) if lags else None})
+    return out
+
+
+def snapshot_counts(catalog, tables: list[str]) -> dict:
+    """Snapshots each table holds at the end, read back through pyiceberg."""
+    from router.catalog import load_table
+
+    counts = {t: len(load_table(catalog, t, refresh=True).metadata.snapshots) for t in tables}
+    values = list(counts.values())
+    return {"tables": len(values), "mean": round(statistics.mean(values), 1) if values else 0,
+            "min": min(values, default=0), "max": max(values, default=0)}
+
+
+def run_soak(args, stack, root: Path) -> dict:
+    from bench import NAMESPACE, job_config, load_average
+    from bench_probe import MemorySampler, RecordingDispatcher
+    from router.driver.job import build_spark, start_query
+
+    config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
+    m = config.maintenance
+    result = {"mode": "soak", "batches": args.batches, "tables": args.soak_tables, "rate": args.rate,
+              "trigger": args.trigger, "commit_in": args.commit_in, "commit_threads": config.job.commit_threads,
+              "expire_every": m.expire_every_commits, "retain_last": m.retain_last_snapshots,
+              "max_snapshot_age": m.max_snapshot_age_seconds, "load_before": load_average()}
+    topics = [f"orders.{i:03d}" for i in range(args.soak_tables)]
+    stack.broker.create_topics(topics, partitions=1, timeout=120)
+    ids = data.register_topics(stack.registry_url, topics)
+    pool = data.payload_pool()
+    data.produce_bulk(stack.conf, ids, 1, len(topics), pool)  # batch 0 creates every table
+
+    spark = build_spark(config)
+    memory = MemorySampler().start()
+    verbose = args.batches <= 50
+
+    def show(s):
+        if verbose or s.batch_id < 3 or s.batch_id % 25 == 0:
+            print("  " + s.line(), flush=True)
+
+    query, dispatcher = start_query(spark, config, make_dispatcher=RecordingDispatcher, listeners=[show])
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    producer = ctx.Process(target=data.produce_steady, name="bench-soak-producer",
+                           args=(stack.conf, ids, 1, args.rate, 10 * 86400, pool, None, stop))
+    t0 = time.time()
+    # a stuck job must not hang the run for ever: ~20x the time the batches should take
+    deadline = time.monotonic() + max(600.0, 20 * args.batches * args.trigger)
+    error = None
+    try:
+        while len(dispatcher.batches) < args.batches:
+            if query.exception() is not None:
+                error = str(query.exception()).splitlines()[0]
+                break
+            if time.monotonic() > deadline:
+                error = f"deadline passed after {len(dispatcher.batches)} batches"
+                break
+            if dispatcher.batches and producer.pid is None:
+                print(f"tables created; producing {args.rate:,.0f} records/s until {args.batches} batches "
+                      f"have committed ...", flush=True)
+                producer.start()
+            if producer.pid is not None and not producer.is_alive():
+                error = f"the producer exited ({producer.exitcode})"
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        if producer.pid is not None:
+            producer.join(60)
+            if producer.is_alive():
+                producer.kill()
+        query.stop()
+        result["memory_peak_mb"] = memory.stop()
+    seconds = time.time() - t0
+    if error:
+        spark.stop()
+        raise RuntimeError(f"soak stopped: {error}")
+
+    skip = {config.dlq.table}
+    rows = per_batch_rows(dispatcher.batches[: args.batches], dispatcher.commits, skip, t0)
+    steady = [r for r in rows[1:] if r["table_mean_ms"] is not None]  # batch 0 created the tables
+    result["ran_batches"] = len(rows)
+    result["seconds"] = round(seconds, 1)
+    result["records"] = sum(r["records"] for r in rows)
+    result["commit_drift"] = first_last([r["table_mean_ms"] for r in steady])
+    result["commit_phase_drift"] = first_last([r["commit_s"] for r in steady])
+    result["batch_drift"] = first_last([r["total_s"] for r in steady])
+    dlq = [c.seconds * 1000 for c in dispatcher.commits if c.table in skip and c.status == "committed"]
+    result["dlq_commit_drift"] = first_last(dlq[1:])
+    result["timeline"] = timeline(rows[1:])
+    tables = sorted({c.table for c in dispatcher.commits if c.status == "committed" and c.table not in skip})
+    result["snapshots_at_end"] = snapshot_counts(config.catalog, [t for t in tables if t.startswith(NAMESPACE + ".")])
+    result["dlq_snapshots_at_end"] = snapshot_counts(config.catalog, sorted(skip & {c.table for c in dispatcher.commits}))
+    result["per_batch"] = rows
+    spark.stop()
     result["load_after"] = load_average()
     return result
