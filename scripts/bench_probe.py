@@ -168,7 +168,11 @@ class RecordingDispatcher(Dispatcher):
     def run_pass(self, df, ctx):
         merged = super().run_pass(df, ctx)
         if self.keep_offsets:
-            self._offsets = {t: dict(r.offsets) for t, r in merged.items()}
+            self._offsets = {}
+            for table, r in merged.items():  # what the tasks committed, plus what they left to the driver
+                covered = self._offsets[table] = dict(r.offsets)
+                for c in r.commits:
+                    covered.update(c.offsets)
         return merged
 
     def __call__(self, df, batch_id: int) -> None:

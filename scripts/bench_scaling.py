@@ -118,7 +118,7 @@ def _chosen(args) -> list[tuple]:
 
 
 def run_commit_scaling(args, stack, root: Path) -> dict:
-    from bench import commit_setting, load_average
+    from bench import load_average
 
     result = {"mode": "commit-scaling", "topics": args.topics, "records_per_topic": args.scaling_records,
               "measured_batches": args.scaling_batches, "load_before": load_average(), "configurations": []}
@@ -129,12 +129,6 @@ def run_commit_scaling(args, stack, root: Path) -> dict:
         for index, (name, master, commit_in) in enumerate(_chosen(args)):
             entry = {"name": name, "master": master, "commit_in": commit_in}
             result["configurations"].append(entry)
-            try:
-                commit_setting(commit_in)
-            except RuntimeError as exc:
-                entry.update(status="skipped", reason=str(exc))
-                print(f"{name}: skipped: {exc}", flush=True)
-                continue
             if master == "cluster":
                 if cluster is None and cluster_error is None:
                     print("starting the standalone cluster (2 workers x 1 core) ...", flush=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Transaction
@@ -47,6 +47,7 @@ class CommitOutcome:
     expired: int = 0
     committed_at: float = 0.0  # wall clock (time.time()) when the table's commit became visible
     where: str = "driver"  # driver | task
+    offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
 
 class _StagedTransaction(Transaction):
@@ -110,7 +111,8 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                  where: str = "driver") -> CommitOutcome:
     """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
     started = time.perf_counter()
-    outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where)
+    outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where,
+                            offsets=dict(result.offsets))
     if not result.data_files and not result.settled:
         outcome.status = "empty"
         return outcome
