@@ -27,7 +27,7 @@ from router.driver.status import BatchStats, query_lag, write_status
 from router.exceptions import is_transient
 from router.faults import drill
 from router.executor.dead_letters import ensure_dead_letter_table
-from router.executor.fused_reader import write_quarantine
+from router.executor.fused_reader import write_handoff
 from router.executor.tasks import process_partition
 from router.routing import RoutingTable
 
@@ -158,8 +158,8 @@ class Dispatcher:
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
         self.track_failures(broken, {o.table for o in report.committed})
-        if self.quarantine_file and self.quarantined:
-            write_quarantine(self.quarantine_file, list(self.quarantined))
+        if self.quarantine_file:  # read by the source planner when it plans the next batch's tasks
+            write_handoff(self.quarantine_file, list(self.quarantined), batch_id + 1)
         stats.tables_committed = len({o.table for o in report.committed if o.table != dlq_table and o.files})
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.rows_replayed = (sum(r.replayed for r in results.values())

@@ -21,7 +21,7 @@ from router.driver.fused_stream import fused_stream
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
 from router.executor.dead_letters import ensure_dead_letter_table
-from router.executor.fused_reader import write_quarantine
+from router.executor.fused_reader import write_handoff
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
 
@@ -87,6 +87,23 @@ def quarantine_path(job: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.quarantine.json")
 
 
+def next_batch_id(checkpoint: str) -> int | None:
+    """The id Spark gives the first batch of this run: the last planned batch again if it never
+    committed, else the one after; None when the checkpoint is not on a local disk."""
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return None
+    root = checkpoint.removeprefix("file://").removeprefix("file:")
+
+    def latest(folder: str) -> int:
+        try:
+            return max((int(n) for n in os.listdir(os.path.join(root, folder)) if n.isdigit()), default=-1)
+        except OSError:
+            return -1
+
+    planned, committed = latest("offsets"), latest("commits")
+    return planned if planned > committed else committed + 1
+
+
 def prepare_catalog(config: RouterConfig) -> None:
     """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
     once on the driver, so the first tasks never race to do it."""
@@ -123,7 +140,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     fused = config.job.fused_read and not jvm_kafka_available(spark)
     quarantine_file = quarantine_path(config.job.name) if fused else None
     if quarantine_file:
-        write_quarantine(quarantine_file, [])  # a restart clears the quarantine
+        write_handoff(quarantine_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
                                  quarantine_file=quarantine_file, spark=spark, listeners=listeners)
     if fused:

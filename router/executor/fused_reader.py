@@ -9,8 +9,10 @@ same ranges) while the payloads never leave Python: each task reads its packed
 offset ranges, runs the executor write path (route, decode, evolve, write) and
 yields the small per-table descriptors that the driver commits.
 
-The quarantine set is handed to tasks through a small JSON file in the driver's
-temporary directory, read when the batch is planned (driver side, same host). The
+The quarantine set and the id of the next batch are handed to tasks through a
+small JSON file in the driver's temporary directory, written at start (from the
+checkpoint) and after each batch, read when the next batch's tasks are planned
+(driver side, same host). The id only labels the snapshots the tasks commit. The
 driver half (registering the source, the redirect pass) is router/driver/fused_stream.py.
 """
 
@@ -48,21 +50,25 @@ def decode_context(text: str):
     return pickle.loads(base64.b64decode(text))
 
 
-def read_quarantine(path: str | None) -> frozenset:
+def read_handoff(path: str | None) -> tuple[frozenset, int | None]:
+    """(quarantined tables, id of the batch being planned) as the driver last wrote them."""
     if not path or not os.path.exists(path):
-        return frozenset()
+        return frozenset(), None
     try:
         with open(path) as fh:
-            return frozenset(json.load(fh))
-    except (OSError, ValueError):
-        return frozenset()
+            state = json.load(fh)
+        return frozenset(state.get("quarantined", ())), state.get("batch_id")
+    except (OSError, ValueError, AttributeError):
+        return frozenset(), None
 
 
-def write_quarantine(path: str, tables: Sequence[str]) -> None:
+def write_handoff(path: str, tables: Sequence[str], batch_id: int | None = None) -> None:
+    """Driver side, between batches: the source's planner (a process on the driver's host) reads
+    this when it plans the next batch's tasks, before that batch's `foreachBatch` call."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        json.dump(sorted(tables), fh)
+        json.dump({"quarantined": sorted(tables), "batch_id": batch_id}, fh)
     os.replace(tmp, path)
 
 
@@ -76,11 +82,12 @@ def process_ranges(options_json: str, ranges: Sequence[tuple], ctx) -> Iterator[
 
 
 class FusedPartition(InputPartition):
-    def __init__(self, options_json: str, ranges: tuple, quarantined: frozenset) -> None:
+    def __init__(self, options_json: str, ranges: tuple, quarantined: frozenset, batch_id: int | None = None) -> None:
         self.options_json, self.ranges, self.quarantined = options_json, ranges, quarantined
+        self.batch_id = batch_id
 
     def __reduce__(self):
-        return (FusedPartition, (self.options_json, self.ranges, self.quarantined))
+        return (FusedPartition, (self.options_json, self.ranges, self.quarantined, self.batch_id))
 
 
 class FusedStreamReader(KafkaStreamReader):
@@ -96,14 +103,17 @@ class FusedStreamReader(KafkaStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         tasks = pack_ranges(self.plan(start, end), self.options.target_tasks or DEFAULT_TARGET_TASKS)
-        quarantined = read_quarantine(self.quarantine_file)
-        return [FusedPartition(self.options_json, tuple(r.as_tuple() for r in task), quarantined) for task in tasks]
+        quarantined, batch_id = read_handoff(self.quarantine_file)
+        return [FusedPartition(self.options_json, tuple(r.as_tuple() for r in task), quarantined, batch_id)
+                for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FusedPartition)
         ctx = decode_context(self.context)
         if partition.quarantined:
             ctx = replace(ctx, quarantined=ctx.quarantined | partition.quarantined)
+        if partition.batch_id is not None:  # the tasks commit: their snapshots name the batch
+            ctx = replace(ctx, batch_id=partition.batch_id)
         return process_ranges(partition.options_json, partition.ranges, ctx)
 
 
