@@ -162,7 +162,6 @@ class RecordingDispatcher(Dispatcher):
         self.keep_offsets = keep_offsets
         self.batches: list[BatchRecord] = []
         self.commits: list[CommitRecord] = []
-        self._batch = [-1]
         self._offsets: dict = {}
 
     def run_pass(self, df, ctx):
@@ -177,7 +176,6 @@ class RecordingDispatcher(Dispatcher):
 
     def __call__(self, df, batch_id: int) -> None:
         started = time.time()
-        self._batch[0] = batch_id
         self._offsets = {}
         super().__call__(df, batch_id)
         done = time.time()

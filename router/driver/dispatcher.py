@@ -40,12 +40,12 @@ class Dispatcher:
     """Callable passed to `foreachBatch`; holds driver-side state between batches.
 
     `fused_options` (the source options JSON) when the source tasks write themselves
-    (router/executor/fused_reader.py), with the `quarantine_file` they read; `spark`,
+    (router/executor/fused_reader.py), with the `handoff_file` they read; `spark`,
     the session the query runs in, for the lag in the batch line and the status file.
     """
 
     def __init__(self, config: RouterConfig, *, fused_options: str | None = None,
-                 quarantine_file: str | None = None, spark: Any = None,
+                 handoff_file: str | None = None, spark: Any = None,
                  listeners: Sequence[Callable[[BatchStats], None]] = (), transient_retry_seconds: float = 600.0):
         self.config = config
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
@@ -64,7 +64,7 @@ class Dispatcher:
         self.last_read: dict = {}  # "topic/partition" -> [min, max] of the records the batch read
         self.last_outcomes: list = []  # every table commit of the last batch (router.catalog.commit.CommitOutcome)
         self.fused = fused_options
-        self.quarantine_file = quarantine_file
+        self.handoff_file = handoff_file
         self.spark = spark
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
@@ -158,8 +158,8 @@ class Dispatcher:
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
         self.track_failures(broken, {o.table for o in report.committed})
-        if self.quarantine_file:  # read by the source planner when it plans the next batch's tasks
-            write_handoff(self.quarantine_file, list(self.quarantined), batch_id + 1)
+        if self.handoff_file:  # read by the source planner when it plans the next batch's tasks
+            write_handoff(self.handoff_file, list(self.quarantined), batch_id + 1)
         stats.tables_committed = len({o.table for o in report.committed if o.table != dlq_table and o.files})
         stats.tables_skipped = len([o for o in report.outcomes if o.status == "skipped"])
         stats.rows_replayed = (sum(r.replayed for r in results.values())

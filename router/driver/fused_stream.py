@@ -10,20 +10,20 @@ import dataclasses
 
 from router.descriptors import DispatchContext
 from router.executor.fused_reader import (
-    CONTEXT_KEY, QUARANTINE_KEY, SOURCE_NAME, FusedDataSource, decode_context, encode_context, process_ranges,
+    CONTEXT_KEY, HANDOFF_KEY, SOURCE_NAME, FusedDataSource, decode_context, encode_context, process_ranges,
 )
 from router.source.datasource import RESUME_KEY
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 
 
-def fused_stream(spark, options: KafkaSourceOptions, ctx: DispatchContext, quarantine_file: str,
+def fused_stream(spark, options: KafkaSourceOptions, ctx: DispatchContext, handoff_file: str,
                  resume_json: str | None = None):
     """The streaming DataFrame of descriptor rows (table, descriptor) the fused tasks yield."""
     if options.target_tasks is None:
         options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
     spark.dataSource.register(FusedDataSource)
     return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
-            .option(CONTEXT_KEY, encode_context(ctx)).option(QUARANTINE_KEY, quarantine_file)
+            .option(CONTEXT_KEY, encode_context(ctx)).option(HANDOFF_KEY, handoff_file)
             .option(RESUME_KEY, resume_json or "").load())
 
 

@@ -1,8 +1,8 @@
 """Table upkeep the job does while it runs, never on behalf of a batch's success.
 
 `BackgroundMaintenance` compacts the job's tables off the batch path (snapshot
-expiry happens inside each table's commit, router/catalog/commit.py). Failures are logged, never raised: maintenance must
-never fail ingestion.
+expiry happens inside each table's commit, router/catalog/commit.py). Failures
+are logged, never raised: maintenance must never fail ingestion.
 """
 
 from __future__ import annotations

@@ -77,14 +77,15 @@ def source_options(config: RouterConfig) -> KafkaSourceOptions:
     )
 
 
-def quarantine_path(job: str) -> str:
-    """Where the driver hands its quarantine set to the source's planner, a process on the same host.
+def handoff_path(job: str) -> str:
+    """Where the driver hands its quarantine set and the next batch id to the source's planner,
+    a process on the same host.
 
     The set lives as long as the driver process (a restart clears it), so a private temporary
     file fits; a path derived from the checkpoint would break when the checkpoint is a URI.
     """
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
-    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.quarantine.json")
+    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.handoff.json")
 
 
 def next_batch_id(checkpoint: str) -> int | None:
@@ -138,13 +139,13 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     prepare_catalog(config)
     resume = start_positions(config, options).to_json()
     fused = config.job.fused_read and not jvm_kafka_available(spark)
-    quarantine_file = quarantine_path(config.job.name) if fused else None
-    if quarantine_file:
-        write_handoff(quarantine_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
+    handoff_file = handoff_path(config.job.name) if fused else None
+    if handoff_file:
+        write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
-                                 quarantine_file=quarantine_file, spark=spark, listeners=listeners)
+                                 handoff_file=handoff_file, spark=spark, listeners=listeners)
     if fused:
-        stream = fused_stream(spark, options, dispatcher.context(-1), quarantine_file, resume)
+        stream = fused_stream(spark, options, dispatcher.context(-1), handoff_file, resume)
     else:
         stream = kafka_stream(spark, options, resume_json=resume)
     writer = (stream.writeStream.queryName(config.job.name)

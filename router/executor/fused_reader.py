@@ -39,7 +39,7 @@ from router.source.offsets import Range, pack_ranges
 
 SOURCE_NAME = "icerouter-fused"
 CONTEXT_KEY = "icerouter.dispatch"
-QUARANTINE_KEY = "icerouter.quarantine_file"
+HANDOFF_KEY = "icerouter.handoff_file"
 
 
 def encode_context(ctx) -> str:
@@ -91,19 +91,19 @@ class FusedPartition(InputPartition):
 
 
 class FusedStreamReader(KafkaStreamReader):
-    def __init__(self, options_json: str, context: str, quarantine_file: str | None,
+    def __init__(self, options_json: str, context: str, handoff_file: str | None,
                  resume_json: str | None = None) -> None:
         super().__init__(options_json, resume_json)
-        self.context, self.quarantine_file = context, quarantine_file
+        self.context, self.handoff_file = context, handoff_file
 
     def __getstate__(self):
         state = super().__getstate__()
-        state.update(context=self.context, quarantine_file=self.quarantine_file)
+        state.update(context=self.context, handoff_file=self.handoff_file)
         return state
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         tasks = pack_ranges(self.plan(start, end), self.options.target_tasks or DEFAULT_TARGET_TASKS)
-        quarantined, batch_id = read_handoff(self.quarantine_file)
+        quarantined, batch_id = read_handoff(self.handoff_file)
         return [FusedPartition(self.options_json, tuple(r.as_tuple() for r in task), quarantined, batch_id)
                 for task in tasks]
 
@@ -126,5 +126,5 @@ class FusedDataSource(KafkaDataSource):
         return descriptor_spark_schema()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(QUARANTINE_KEY),
+        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(HANDOFF_KEY),
                                  self.options.get(RESUME_KEY))
