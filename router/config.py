@@ -97,10 +97,20 @@ class CatalogConfig:
         """Where the catalog is (its ``uri``, else its warehouse), credentials masked: for messages."""
         return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
 
-    def load(self):
+    def load(self, sql_impl: str | None = None):
+        """The pyiceberg catalog; `sql_impl` ("module.Class") replaces pyiceberg's SQL catalog class."""
         props = {k: str(v) for k, v in self.properties.items()}
         _ensure_local_dirs(props)
+        if sql_impl and "py-catalog-impl" not in props and _is_sql(props):
+            props.pop("type", None)
+            props["py-catalog-impl"] = sql_impl
         return load_catalog(self.name, **props)
+
+
+def _is_sql(props: Mapping[str, str]) -> bool:
+    if "type" in props:
+        return props["type"].lower() == "sql"
+    return props.get("uri", "").startswith(("sqlite", "postgresql"))
 
 
 def _ensure_local_dirs(props: Mapping[str, str]) -> None:

@@ -23,6 +23,14 @@ from pyiceberg.transforms import (
 from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError
 
+# Every commit appends one manifest; merged once 32 pile up, a table's manifest list (read and
+# rewritten by every commit) stays short over thousands of commits. Java Iceberg merges by default
+# (at 100); pyiceberg does not. Commits add these to tables that lack them (catalog/commit.py).
+MANIFEST_MERGE_PROPERTIES = {
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "32",
+}
+
 # Properties every table created by icerouter gets (the user's properties win).
 DEFAULT_TABLE_PROPERTIES = {
     "format-version": "2",
@@ -30,6 +38,7 @@ DEFAULT_TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": "20",
     "commit.retry.num-retries": "0",  # we own the retry loop (DESIGN.md)
     "write.parquet.compression-codec": "zstd",
+    **MANIFEST_MERGE_PROPERTIES,
 }
 
 TRANSFORMS = {
@@ -57,7 +66,7 @@ def get_catalog(config: CatalogConfig):
     with _lock:
         catalog = _catalogs.get(key)
         if catalog is None:
-            catalog = _catalogs[key] = config.load()
+            catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog")
         return catalog
 
 
@@ -68,11 +77,17 @@ def load_table(config: CatalogConfig, identifier: str, refresh: bool = False):
         table = _tables.get(key)
     if table is None:
         table = get_catalog(config).load_table(identifier)
-    elif refresh:
+    elif refresh and _moved(config, identifier, table):
         table = table.refresh()
     with _lock:
         _tables[key] = table
     return table
+
+
+def _moved(config: CatalogConfig, identifier: str, table) -> bool:
+    """Whether the catalog points elsewhere than our cached metadata (metadata files never change)."""
+    current_location = getattr(get_catalog(config), "current_location", None)
+    return current_location is None or current_location(identifier) != table.metadata_location
 
 
 def parse_partition_spec(schema: Schema, spec: Sequence[str]) -> PartitionSpec:
