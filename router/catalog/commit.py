@@ -1,8 +1,10 @@
 """One atomic, exactly-once commit of one table; run by the tasks and by the driver.
 
-Each table gets one transaction: fast append of the files the executors wrote,
-the offsets it now holds (router/progress.py: table property and snapshot
-summary) and, when the expiry rule says so, the removal of old snapshots.
+Each table gets one transaction: append of the files the executors wrote (one
+new manifest, merged with the earlier ones once enough pile up, see
+MANIFEST_MERGE_PROPERTIES), the offsets it now holds (router/progress.py: table
+property and snapshot summary) and, when the expiry rule says so, the removal
+of old snapshots.
 Exactly-once is decided by offsets, never by Spark batch ids: the executors
 already dropped the rows a table held, and the commit re-checks on fresh
 metadata; a result the table holds entirely is skipped, one it holds in part is
@@ -26,7 +28,7 @@ from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateCont
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.expiry import snapshots_to_expire
-from router.catalog.tables import backoff, load_table
+from router.catalog.tables import MANIFEST_MERGE_PROPERTIES, backoff, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
 from router.faults import crash_point
@@ -94,6 +96,11 @@ def progress_document(previous: dict, result, batch_id: int) -> dict:
     return doc
 
 
+def missing_merge_settings(properties: dict) -> dict:
+    """Manifest merge settings a table lacks (tables made before they were defaults); its own win."""
+    return {k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if k not in properties}
+
+
 def due_for_expiry(metadata, maintenance: MaintenanceConfig | None) -> list[int]:
     """Snapshots to remove in this commit: once `expire_every_commits` are expirable, all of them.
 
@@ -134,14 +141,15 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             doc = progress_document(previous, result, batch_id)
             expire = due_for_expiry(table.metadata, maintenance)
             with _StagedTransaction(table) as tx:
+                if not result.data_files:  # the dead-letter table's settled offsets move every batch
+                    doc["at_snapshot"] = table.metadata.current_snapshot_id
+                # set first: the append reads the manifest merge settings from the staged properties
+                tx.set_properties({**missing_merge_settings(table.metadata.properties), prop: json.dumps(doc)})
                 if result.data_files:
                     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
-                    with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
                         for data_file in result.data_files:
                             append.append_data_file(data_file)
-                else:  # the dead-letter table's settled offsets move every batch, with or without letters
-                    doc["at_snapshot"] = table.metadata.current_snapshot_id
-                tx.set_properties({prop: json.dumps(doc)})
                 if expire:
                     ExpireSnapshots(tx).by_ids(expire).commit()
             # the committed transaction updated `table` in place (no extra catalog round trip)

@@ -60,7 +60,7 @@ def test_commit_equals_pyiceberg_transaction(catalog_config, unique_name):
         outcome = commit_table(catalog_config, result_for(catalog_config, ours, "t/0", batch * 10, 10), JOB, batch)
         assert outcome.status == "committed" and outcome.rows == 10 and outcome.committed_at > 0
         reference = result_for(catalog_config, theirs, "t/0", batch * 10, 10)
-        table = load_table(catalog_config, theirs, refresh=True)
+        table = catalog_config.load().load_table(theirs)  # pyiceberg's own catalog class, too
         doc = json.dumps({"batch_id": batch, "offsets": {"t/0": batch * 10 + 10}})
         with table.transaction() as tx:  # pyiceberg's own transaction, the same content
             summary = {"icerouter.job": JOB, "icerouter.batch-id": str(batch), property_name(JOB): doc}
@@ -105,6 +105,32 @@ def _commit_partition(config: CatalogConfig, table_id: str, partition: int, batc
         result = result_for(config, table_id, f"t/{partition}", batch * 4, 4)
         statuses.append(commit_table(config, result, JOB, batch, retries=20, where="task").status)
     return statuses
+
+
+def test_manifests_are_merged_unless_the_table_says_otherwise(catalog_config, unique_name):
+    ns = unique_name("n")
+    older, opted_out = f"{ns}.older", f"{ns}.opted_out"
+    # a table made before merging was a default, and one whose owner turned it off
+    create_table(catalog_config, opted_out, SCHEMA, properties={"commit.manifest-merge.enabled": "false"})
+    catalog_config.load().create_table(older, schema=SCHEMA, properties={"commit.retry.num-retries": "0"})
+    for batch in range(40):
+        for name in (older, opted_out):
+            outcome = commit_table(catalog_config, result_for(catalog_config, name, "t/0", batch * 3, 3), JOB, batch)
+            assert outcome.status == "committed", outcome.error
+
+    def manifests(name):
+        table = load_table(catalog_config, name, refresh=True)
+        return table, table.current_snapshot().manifests(table.io)
+
+    table, merged = manifests(older)
+    assert table.properties["commit.manifest-merge.enabled"] == "true"  # added by the first commit
+    assert table.properties["commit.manifest.min-count-to-merge"] == "32"
+    assert len(merged) < 32 and sum(m.added_files_count + m.existing_files_count for m in merged) == 40
+    table, unmerged = manifests(opted_out)
+    assert table.properties["commit.manifest-merge.enabled"] == "false" and len(unmerged) == 40
+    for name in (older, opted_out):
+        assert ids_in(catalog_config, name) == list(range(120))
+        assert stored_progress(load_table(catalog_config, name), JOB)["offsets"] == {"t/0": 120}
 
 
 def test_processes_committing_one_table_each_commit_exactly_once(catalog_config, unique_name):
