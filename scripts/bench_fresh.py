@@ -109,6 +109,7 @@ def run_freshness(args, stack, root: Path) -> dict:
         time.sleep(0.5)
     query.stop()
     result["memory_peak_mb"] = memory.stop()
+    cores = spark.sparkContext.defaultParallelism
     spark.stop()
     read = sum(b.stats.records for b in dispatcher.batches)
     if read < expected:
@@ -133,7 +134,7 @@ def run_freshness(args, stack, root: Path) -> dict:
                          "p95_s": round(float(np.percentile(lat, 95)), 2) if lat.size else 0.0})
     result["timeline"] = timeline
     result["commit_drift"] = commit_drift(timeline[1:])  # batch 0 created the tables
-    result["batches"] = batch_rows(dispatcher.batches)
+    result["batches"] = batch_rows(dispatcher.batches, cores)
     result["files"] = data_file_stats(root / "warehouse", NAMESPACE)
     result["load_after"] = load_average()
     return result

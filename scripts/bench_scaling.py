@@ -69,11 +69,12 @@ def _measure(spec: dict) -> dict:
                 commits += dispatcher.commits
             print(f"  {spec['name']} {'warm-up' if run == 0 else 'measured'}: "
                   + "; ".join(b.stats.line() for b in dispatcher.batches), flush=True)
+        cores = spark.sparkContext.defaultParallelism
     finally:
         peak = memory.stop()
         spark.stop()
     return summarise(batches, commits, config.dlq.table) | {"memory_peak_mb": peak, "runs": runs,
-                                                            "batches": batch_rows(batches)}
+                                                            "batches": batch_rows(batches, cores)}
 
 
 def summarise(batches, commits, dlq_table: str) -> dict:
