@@ -2,10 +2,11 @@
 
     python scripts/bench_commit.py [--tables 100] [--batches 10] [--json FILE]
 
-Both sides commit the same content to their own copy of each table (fast append
-of one data file + the offsets property and snapshot summary), interleaved
-batch by batch in one process on one SQLite catalog, so the ratio is not
-disturbed by load. Data files are written outside the timing. A cProfile of one
+Both sides commit the same content to their own copy of each table (append of
+one data file + the offsets property and snapshot summary), interleaved batch
+by batch in one process, so the ratio is not disturbed by load: ours through
+router/catalog (our SqlCatalog, WAL-mode SQLite file), pyiceberg's through its
+own SqlCatalog on its own SQLite file and its own transaction (fast append). Data files are written outside the timing. A cProfile of one
 batch of ours is summarised (top functions by cumulative time).
 """
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
-    from router.catalog import create_table, load_table
+    from router.catalog import DEFAULT_TABLE_PROPERTIES, create_table, load_table
     from router.catalog.commit import commit_table
     from router.config import CatalogConfig
     from router.descriptors import TableResult
@@ -47,22 +48,28 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-commit-"))
     catalog = CatalogConfig("bench", {"type": "sql", "uri": f"sqlite:///{root / 'c.db'}",
                                       "warehouse": (root / "wh").as_uri()})
+    # pyiceberg alone: its own SqlCatalog class on its own SQLite file (rollback journal)
+    plain = CatalogConfig("plain", {"type": "sql", "uri": f"sqlite:///{root / 'plain.db'}",
+                                    "warehouse": (root / "wh").as_uri()}).load()
     schema = Schema(*[NestedField(i + 1, f"f{i}", LongType() if i % 2 else StringType(), required=False)
                       for i in range(20)])
     data = pa.table({f"f{i}": pa.array(range(2000), pa.int64()) if i % 2 else pa.array(["x" * 20] * 2000)
                      for i in range(20)})
     names = {side: [f"{side}.t{i:03d}" for i in range(args.tables)] for side in ("ours", "pyiceberg")}
-    for side in names.values():
-        for name in side:
-            create_table(catalog, name, schema)
+    for name in names["ours"]:
+        create_table(catalog, name, schema)
+    plain.create_namespace("pyiceberg")
+    theirs_tables = {name: plain.create_table(name, schema=schema, properties=DEFAULT_TABLE_PROPERTIES)
+                     for name in names["pyiceberg"]}
 
     def result(name: str, batch: int) -> TableResult:
-        files = write_data_files(load_table(catalog, name), data)
+        table = theirs_tables[name] if name in theirs_tables else load_table(catalog, name)
+        files = write_data_files(table, data)
         return TableResult(name, data_files=files, rows=data.num_rows, offsets={f"{name}/0": [batch * 2000,
                                                                                               batch * 2000 + 1999]})
 
     def theirs(r: TableResult, batch: int) -> None:
-        table = load_table(catalog, r.table)
+        table = theirs_tables[r.table]
         doc = json.dumps({"batch_id": batch, "offsets": {k: v[1] + 1 for k, v in r.offsets.items()}})
         with table.transaction() as tx:
             summary = {"icerouter.job": "bench", "icerouter.batch-id": str(batch), property_name("bench"): doc}

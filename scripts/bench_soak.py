@@ -31,6 +31,16 @@ def first_last(values: list[float], n: int = WINDOW) -> dict | None:
     return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
 
 
+def median_first_last(per_batch: list[list[float]], n: int = 10) -> dict | None:
+    """Median of every per-table commit in the first `n` batches against the last `n`: the typical
+    commit, where the mean also carries the batches in which the machine stalled."""
+    if len(per_batch) < 2 * n:
+        return None
+    first = statistics.median(v for batch in per_batch[:n] for v in batch)
+    last = statistics.median(v for batch in per_batch[-n:] for v in batch)
+    return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
+
+
 def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
     """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
     by_batch: dict[int, list[float]] = {}
@@ -43,6 +53,7 @@ def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
         s = b.stats
         rows.append({"batch": b.batch_id, "t": round(b.ended - t0, 1), "records": s.records,
                      "tables": s.tables_committed, "table_mean_ms": round(statistics.mean(mine), 2) if mine else None,
+                     "table_ms": [round(v, 2) for v in mine],
                      "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
                      "total_s": round(s.total_seconds, 4), "lag": s.lag})
     return rows
@@ -145,6 +156,7 @@ def run_soak(args, stack, root: Path) -> dict:
     result["seconds"] = round(seconds, 1)
     result["records"] = sum(r["records"] for r in rows)
     result["commit_drift"] = first_last([r["table_mean_ms"] for r in steady])
+    result["commit_median_drift"] = median_first_last([r["table_ms"] for r in steady])
     result["commit_phase_drift"] = first_last([r["commit_s"] for r in steady])
     result["batch_drift"] = first_last([r["total_s"] for r in steady])
     dlq = [c.seconds * 1000 for c in dispatcher.commits if c.table in skip and c.status == "committed"]
