@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Transaction
-from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext  # pinned pyiceberg 0.12
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.expiry import snapshots_to_expire
+from router.catalog.sql import staged
 from router.catalog.tables import MANIFEST_MERGE_PROPERTIES, backoff, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
@@ -69,11 +69,7 @@ class _StagedTransaction(Transaction):
     def table_metadata(self):
         key = (id(self._table.metadata), len(self._updates))
         if self._view is None or self._view_key != key:
-            context = _TableMetadataUpdateContext()
-            view = self._table.metadata
-            for update in self._updates:
-                view = _apply_table_update(update, view, context)
-            self._view, self._view_key = view, key
+            self._view, self._view_key = staged(self._table.metadata, self._updates)[0], key
         return self._view
 
 

@@ -33,16 +33,23 @@ from pyiceberg.utils.datetime import datetime_to_millis
 from sqlalchemy import select, update
 
 
-def apply_updates(base, updates, metadata_location: str):
-    """pyiceberg's `update_table_metadata` for an existing table, without its closing deep copy.
+def staged(base, updates) -> tuple:
+    """`updates` applied to `base` in order by pyiceberg's own rules: (metadata, whether it changed).
 
-    Table metadata models are frozen, so sharing unchanged parts with `base` is safe.
+    No deep copy: table metadata models are frozen, so sharing unchanged parts
+    with `base` is safe. Also the staged view of our transactions (catalog/commit.py).
     """
     context = _TableMetadataUpdateContext()
     metadata = base
     for table_update in updates:
         metadata = _apply_table_update(table_update, metadata, context)
-    if context.has_changes():
+    return metadata, context.has_changes()
+
+
+def apply_updates(base, updates, metadata_location: str):
+    """pyiceberg's `update_table_metadata` for an existing table, without its closing deep copy."""
+    metadata, changed = staged(base, updates)
+    if changed:
         metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
         if base.last_updated_ms == metadata.last_updated_ms:
             metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
