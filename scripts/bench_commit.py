@@ -1,6 +1,7 @@
 """One table commit: icerouter's (router/catalog/commit.py) against pyiceberg's own transaction.
 
     python scripts/bench_commit.py [--tables 100] [--batches 10] [--json FILE]
+    python scripts/bench_commit.py --soak [--tables 20] [--batches 500] [--processes 2] [--json FILE]
 
 Both sides commit the same content to their own copy of each table (append of
 one data file + the offsets property and snapshot summary), interleaved batch
@@ -8,6 +9,14 @@ by batch in one process, so the ratio is not disturbed by load: ours through
 router/catalog (our SqlCatalog, WAL-mode SQLite file), pyiceberg's through its
 own SqlCatalog on its own SQLite file and its own transaction (fast append). Data files are written outside the timing. A cProfile of one
 batch of ours is summarised (top functions by cumulative time).
+
+--soak: the commit path alone over many commits, as the soak benchmark's live job
+runs it (20 tables, one small file per table per batch, two worker processes
+committing into one WAL SQLite catalog at once, the job's snapshot expiry rule
+and manifest merging) but without Spark, broker or producer on the cores: the
+median and mean per-table commit of the last 10 rounds against the first 10.
+Expiry keeps `--retain` snapshots (60: what a table holds at a 1 s trigger with
+the default 60 s snapshot age), so the metadata reaches the live job's size.
 """
 
 from __future__ import annotations
@@ -27,12 +36,95 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+SOAK_ROWS = 100  # rows per table per batch: 2,000 records/s over 20 tables at a 1 s trigger
+
+
+def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier) -> list[list[float]]:
+    """One process committing its tables `rounds` times; per round, each table's commit in ms."""
+    import pyarrow as pa
+
+    from router.catalog import create_table, load_table
+    from router.catalog.commit import commit_table
+    from router.config import MaintenanceConfig
+    from router.descriptors import TableResult
+    from router.executor.datafiles import write_data_files
+
+    catalog = soak_catalog(Path(root))
+    schema = soak_schema()
+    data = pa.table({f.name: pa.array(range(SOAK_ROWS), pa.int64()) if i % 2 else pa.array(["x" * 20] * SOAK_ROWS)
+                     for i, f in enumerate(schema.fields)})
+    for name in names:
+        create_table(catalog, name, schema)
+    maintenance = MaintenanceConfig(retain_last_snapshots=retain, max_snapshot_age_seconds=0)
+    barrier.wait()
+    out = []
+    for batch in range(rounds):
+        results = [TableResult(n, data_files=write_data_files(load_table(catalog, n), data), rows=SOAK_ROWS,
+                               offsets={f"{n}/0": [batch * SOAK_ROWS, (batch + 1) * SOAK_ROWS - 1]}) for n in names]
+        ms = []
+        for r in results:
+            outcome = commit_table(catalog, r, "bench", batch, maintenance=maintenance, where="task")
+            if outcome.status != "committed":
+                raise SystemExit(f"{r.table}: {outcome.error}")
+            ms.append(outcome.seconds * 1000)
+        out.append(ms)
+    return out
+
+
+def soak_catalog(root: Path):
+    from router.config import CatalogConfig
+
+    return CatalogConfig("bench", {"type": "sql", "uri": f"sqlite:///{root / 'c.db'}",
+                                   "warehouse": (root / "wh").as_uri()})
+
+
+def soak_schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    return Schema(*[NestedField(i + 1, f"f{i}", LongType() if i % 2 else StringType(), required=False)
+                    for i in range(10)])
+
+
+def run_soak(tables: int, rounds: int, processes: int, retain: int) -> dict:
+    import multiprocessing
+
+    from bench_soak import first_last, median_first_last
+
+    root = Path(tempfile.mkdtemp(prefix="icerouter-bench-commit-soak-"))
+    soak_catalog(root).load()  # the catalog file and its WAL mode exist before the workers race for them
+    names = [f"soak.t{i:03d}" for i in range(tables)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Manager().Barrier(processes)
+    started = time.perf_counter()
+    with ctx.Pool(processes) as pool:
+        parts = pool.starmap(soak_worker, [(str(root), names[i::processes], rounds, retain, barrier)
+                                           for i in range(processes)])
+    per_round = [[v for part in parts for v in part[b]] for b in range(rounds)]
+    means = [statistics.mean(r) for r in per_round[1:]]  # round 0 appends to empty tables
+    spans = [per_round[1:][i:i + rounds // 10] for i in range(0, rounds - 1, max(1, rounds // 10))]
+    return {"mode": "soak", "tables": tables, "rounds": rounds, "processes": processes, "retain_snapshots": retain,
+            "rows_per_file": SOAK_ROWS, "seconds": round(time.perf_counter() - started, 1),
+            "commit_drift": first_last(means), "commit_median_drift": median_first_last(per_round[1:]),
+            "timeline_median_ms": [round(statistics.median(v for r in span for v in r), 2) for span in spans]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tables", type=int, default=100)
-    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--tables", type=int)
+    ap.add_argument("--batches", type=int)
+    ap.add_argument("--soak", action="store_true", help="the commit path alone over many commits (see above)")
+    ap.add_argument("--processes", type=int, default=2, help="--soak: committing processes")
+    ap.add_argument("--retain", type=int, default=60, help="--soak: snapshots the expiry keeps")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
+    if args.soak:
+        result = run_soak(args.tables or 20, args.batches or 500, args.processes, args.retain)
+        print(json.dumps(result))
+        if args.json_file:
+            Path(args.json_file).write_text(json.dumps(result, indent=1))
+        return 0
+    args.tables, args.batches = args.tables or 100, args.batches or 10
 
     import pyarrow as pa
     from pyiceberg.schema import Schema

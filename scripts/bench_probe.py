@@ -117,6 +117,74 @@ class MemorySampler:
             self.peak["executors_jvm_mb"] = max(self.peak["executors_jvm_mb"], executors_now)
 
 
+ROLES = ("driver_python", "jvm", "workers", "broker", "registry", "producer", "other")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _role(pid: int, me: int) -> str:
+    if pid == me:
+        return "driver_python"
+    cmd = _cmdline(pid)
+    if "java" in cmd.split(" ", 1)[0]:
+        return "jvm"
+    if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+        return "workers"
+    if "noida" in cmd:
+        return "broker"
+    if "registry" in cmd:
+        return "registry"
+    if "multiprocessing" in cmd:
+        return "producer"
+    return "other"
+
+
+class CpuSampler:
+    """CPU seconds spent so far by each role of the run (our process and its descendants) and by
+    the whole machine, from /proc: where the cores went between two samples.
+
+    A process's CPU is kept after it exits (its last reading), so short-lived workers still count.
+    """
+
+    def __init__(self):
+        self.me = os.getpid()
+        self.last_seen: dict[int, tuple[str, float]] = {}
+
+    @staticmethod
+    def machine_busy_seconds() -> float:
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        idle = values[3] + values[4]  # idle + iowait
+        return (sum(values[:8]) - idle) / TICKS
+
+    def sample(self) -> dict:
+        for pid in [self.me, *_descendants(_children(), [self.me])]:
+            role = self.last_seen[pid][0] if pid in self.last_seen else _role(pid, self.me)
+            self.last_seen[pid] = (role, _cpu_seconds(pid) or self.last_seen.get(pid, (role, 0.0))[1])
+        out = dict.fromkeys(ROLES, 0.0)
+        for role, seconds in self.last_seen.values():
+            out[role] += seconds
+        out["machine_busy"] = self.machine_busy_seconds()
+        out["t"] = time.monotonic()
+        return out
+
+
+def cpu_per_second(first: dict, last: dict) -> dict:
+    """Cores used by each role between two CpuSampler samples (1.0 = one core busy)."""
+    span = last["t"] - first["t"]
+    if span <= 0:
+        return {}
+    return {k: round((last[k] - first[k]) / span, 3) for k in (*ROLES, "machine_busy")}
+
+
 def data_file_stats(warehouse: Path, namespace: str) -> dict:
     """Parquet data files on disk per table of `namespace`: count per table and mean size."""
     root = warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"

@@ -148,6 +148,14 @@ def render_soak(r: dict) -> list[str]:
              f"{s['tables']} tables); dead-letter table {r['dlq_snapshots_at_end']['max']}",
              f"  peak RSS                        {_memory(r['memory_peak_mb'])}",
              "  over time (mean per batch: records, per-table commit, commit phase, batch total; max lag):"]
+    if r.get("maintenance"):
+        m = r["maintenance"]
+        lines.insert(-1, f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
+                         f"{m['files_removed']:,} files -> {m['files_added']:,}")
+    cores = r.get("cores_first_last")
+    if cores:
+        lines.insert(-1, "  cores taken, first -> last span  " + ", ".join(
+            f"{k} {a:.2f} -> {b:.2f}" for k, (a, b) in cores.items() if max(a, b) >= 0.01))
     for row in r["timeline"]:
         mean = f"{row['table_mean_ms']:6.1f}" if row["table_mean_ms"] is not None else "     -"
         lag = "-" if row["lag"] is None else f"{row['lag']:,}"

@@ -8,6 +8,10 @@ steady producer in its own process with a short trigger, until --batches batches
 have committed. The last 10 batches are compared with the first 10 (batch 0,
 which creates the tables, left out): per-table commit latency, the driver's
 commit phase and the whole batch.
+
+The cores each process took (the job's JVM, its Python workers, the broker, the
+producer) are sampled every 10 batches: on a 2-core machine a slower commit can
+be the job's own cost growing or another process taking the cores.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import bench_data as data
 
 WINDOW = 10  # batches compared at each end
+CPU_EVERY = 10  # batches between two CPU samples of the run's processes
 
 
 def first_last(values: list[float], n: int = WINDOW) -> dict | None:
@@ -76,6 +81,16 @@ def timeline(rows: list[dict], steps: int = 10) -> list[dict]:
     return out
 
 
+def cores_timeline(samples: list, per_second, steps: int = 10) -> list[dict]:
+    """Cores used by each process role over `steps` equal spans of the run: which process took
+    the machine when batches slow down (bench_probe.CpuSampler)."""
+    if len(samples) < 2:
+        return []
+    stride = max(1, (len(samples) - 1) // steps)
+    return [{"from": samples[i][0], "to": samples[j][0], **per_second(samples[i][1], samples[j][1])}
+            for i, j in zip(range(0, len(samples) - stride, stride), range(stride, len(samples), stride))]
+
+
 def snapshot_counts(catalog, tables: list[str]) -> dict:
     """Snapshots each table holds at the end, read back through pyiceberg."""
     from router.catalog import load_table
@@ -88,7 +103,7 @@ def snapshot_counts(catalog, tables: list[str]) -> dict:
 
 def run_soak(args, stack, root: Path) -> dict:
     from bench import NAMESPACE, job_config, load_average
-    from bench_probe import MemorySampler, RecordingDispatcher
+    from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second
     from router.driver.job import build_spark, start_query
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
@@ -105,9 +120,12 @@ def run_soak(args, stack, root: Path) -> dict:
 
     spark = build_spark(config)
     memory = MemorySampler().start()
+    cpu, cpu_samples = CpuSampler(), []  # (batch id, sample) every CPU_EVERY batches
     verbose = args.batches <= 50
 
     def show(s):
+        if s.batch_id % CPU_EVERY == 0:
+            cpu_samples.append((s.batch_id, cpu.sample()))
         if verbose or s.batch_id < 3 or s.batch_id % 25 == 0:
             print("  " + s.line(), flush=True)
 
@@ -152,6 +170,7 @@ def run_soak(args, stack, root: Path) -> dict:
     skip = {config.dlq.table}
     rows = per_batch_rows(dispatcher.batches[: args.batches], dispatcher.commits, skip, t0)
     steady = [r for r in rows[1:] if r["table_mean_ms"] is not None]  # batch 0 created the tables
+    result["maintenance"] = dict(dispatcher.compactor.totals)  # the job's background compaction runs
     result["ran_batches"] = len(rows)
     result["seconds"] = round(seconds, 1)
     result["records"] = sum(r["records"] for r in rows)
@@ -162,6 +181,10 @@ def run_soak(args, stack, root: Path) -> dict:
     dlq = [c.seconds * 1000 for c in dispatcher.commits if c.table in skip and c.status == "committed"]
     result["dlq_commit_drift"] = first_last(dlq[1:])
     result["timeline"] = timeline(rows[1:])
+    result["cores_timeline"] = cores_timeline(cpu_samples, cpu_per_second)
+    if result["cores_timeline"]:  # who took the 2 cores at the start and at the end
+        first, last = result["cores_timeline"][0], result["cores_timeline"][-1]
+        result["cores_first_last"] = {k: [first[k], last[k]] for k in first if k not in ("from", "to")}
     tables = sorted({c.table for c in dispatcher.commits if c.status == "committed" and c.table not in skip})
     result["snapshots_at_end"] = snapshot_counts(config.catalog, [t for t in tables if t.startswith(NAMESPACE + ".")])
     result["dlq_snapshots_at_end"] = snapshot_counts(config.catalog, sorted(skip & {c.table for c in dispatcher.commits}))
