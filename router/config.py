@@ -65,6 +65,12 @@ class _Section:
             raise ConfigError(f"{self.where}.{key}: must be > 0, got {value!r}")
         return value
 
+    def non_negative(self, key: str, default: int) -> int:
+        value = self.get(key, default, int)
+        if value < 0:
+            raise ConfigError(f"{self.where}.{key}: must be >= 0, got {value!r}")
+        return value
+
     def mapping(self, key: str) -> dict[str, Any]:
         value = self.get(key, {}, Mapping)
         return {str(k): v for k, v in value.items()}
@@ -160,6 +166,8 @@ class MaintenanceConfig:
     target_file_size_bytes: int = 128 * 1024 * 1024
     orphan_min_age_seconds: int = 3 * 24 * 3600
     compact_interval_seconds: int = 900  # per table, in a background thread of the job
+    # ... and sooner once this many data files were committed to the table since its last run (0: never)
+    compact_after_files: int = 100
 
 
 @dataclass(frozen=True)
@@ -420,8 +428,10 @@ def _dlq(data: Any) -> DlqConfig:
 def _maintenance(data: Any) -> MaintenanceConfig:
     s = _Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
                                        "max_snapshot_age_seconds", "target_file_size_bytes",
-                                       "orphan_min_age_seconds", "compact_interval_seconds"))
+                                       "orphan_min_age_seconds", "compact_interval_seconds",
+                                       "compact_after_files"))
     d = MaintenanceConfig()
     return MaintenanceConfig(*(s.positive(k, getattr(d, k)) for k in (
         "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
-        "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")))
+        "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")),
+        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files))

@@ -154,7 +154,10 @@ class Dispatcher:
         for outcome in report.committed:
             self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
         self.last_outcomes = report.outcomes
-        self.compactor.submit(sorted({o.table for o in report.committed}))
+        added: dict[str, int] = {}
+        for o in report.committed:
+            added[o.table] = added.get(o.table, 0) + o.files
+        self.compactor.submit(added)
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})
         self.track_failures(broken, {o.table for o in report.committed})

@@ -17,27 +17,43 @@ log = logging.getLogger("icerouter.job")
 
 
 class BackgroundMaintenance:
-    """Compacts the job's tables every `maintenance.compact_interval_seconds`, off the batch path.
+    """Compacts the job's tables every `maintenance.compact_interval_seconds`, or once
+    `maintenance.compact_after_files` files were committed to one, off the batch path.
 
     One background thread; a call while it is busy is skipped (the next batch asks again).
     Compaction conflicts with our own appends are retried or abandoned by the maintenance code.
     """
 
     def __init__(self, config: RouterConfig):
-        self.enabled = config.maintenance.compact_interval_seconds > 0
+        m = config.maintenance
+        self.enabled = m.compact_interval_seconds > 0 or m.compact_after_files > 0
         self.config = config
         self._busy = threading.Lock()
         self._scheduler: MaintenanceScheduler | None = None
+        self._files: dict[str, int] = {}  # files committed while the thread was busy, handed on next time
+        self.totals = {"runs": 0, "failed": 0, "files_removed": 0, "files_added": 0}  # since the job started
 
-    def submit(self, tables: list[str]) -> None:
-        if not self.enabled or not tables or not self._busy.acquire(blocking=False):
+    def submit(self, files_added: dict[str, int]) -> None:
+        """`files_added`: data files this batch committed, per table."""
+        if not self.enabled or not files_added:
+            return
+        for name, files in files_added.items():
+            self._files[name] = self._files.get(name, 0) + files
+        if not self._busy.acquire(blocking=False):
             return
         if self._scheduler is None:
-            self._scheduler = MaintenanceScheduler(self.config, self.config.maintenance.compact_interval_seconds)
+            m = self.config.maintenance
+            self._scheduler = MaintenanceScheduler(self.config, m.compact_interval_seconds,
+                                                   after_files=m.compact_after_files)
+        files, self._files = self._files, {}
 
         def work():
             try:
-                for r in self._scheduler.maybe_run(tables):
+                for r in self._scheduler.maybe_run(sorted(files), files):
+                    self.totals["runs"] += 1
+                    self.totals["failed"] += r.error is not None
+                    self.totals["files_removed"] += r.compaction.files_removed
+                    self.totals["files_added"] += r.compaction.files_added
                     log.info("maintenance %s: files %d -> %d, snapshots %d -> %d%s", r.table, r.files_before,
                              r.files_after, r.snapshots_before, r.snapshots_after, f" ({r.error})" if r.error else "")
             finally:

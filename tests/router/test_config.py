@@ -43,6 +43,7 @@ def test_defaults_are_sensible(tmp_path):
     (with_(job={"trigger_seconds": 0}), "job.trigger_seconds: must be > 0"),
     (with_(job={"name": "bad name"}), "job.name"),
     (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
+    (with_(maintenance={"compact_after_files": -1}), "maintenance.compact_after_files: must be >= 0"),
     (with_(extra=1), "config: unknown key 'extra'"),
     (with_(catalog={"properties": {"type": "rest", "warehouse": "s3://w"}}), "catalog.properties.uri: required"),
     (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.path-style-access": "yes"}}),

@@ -366,6 +366,30 @@ def test_scheduler_compacts_a_table_at_most_once_per_interval(tmp_path):
     assert scheduler.maybe_run(["sched.events"]) == []
 
 
+def test_scheduler_compacts_a_table_once_enough_files_arrived_before_its_interval(tmp_path):
+    props = _sqlite_props(tmp_path)
+    cat = SqlCatalog("maint", **props)
+    busy, quiet = build_table(cat, "sched", "busy", batches=6), build_table(cat, "sched", "quiet", batches=6)
+    cfg = parse_config(_router_config(props, target_file_size_bytes=MiB, retain_last_snapshots=10,
+                                      compact_after_files=10))
+    assert cfg.maintenance.compact_after_files == 10 and parse_config(_router_config(props)).maintenance \
+        .compact_after_files == 100  # the default
+    data = rows(busy)
+    scheduler = MaintenanceScheduler(cfg, interval_seconds=3600, clock=lambda: 1000.0, after_files=10)
+    names = ["sched.busy", "sched.quiet"]
+
+    assert scheduler.maybe_run(names, {"sched.busy": 6, "sched.quiet": 1}) == []  # 6 < 10, clock far off
+    [report] = scheduler.maybe_run(names, {"sched.busy": 6, "sched.quiet": 1})  # 12 new files: due
+    assert report.table == "sched.busy" and report.error is None
+    assert report.compaction.files_removed == 18 and report.compaction.files_added == DAYS
+    assert len(live_paths(busy)) == DAYS and rows(busy) == data == duck_rows(busy)
+    assert len(live_paths(quiet)) == 18  # 2 new files, not due
+    assert scheduler.maybe_run(names, {"sched.busy": 9}) == []  # the count restarted after the run
+
+    off = MaintenanceScheduler(cfg, interval_seconds=3600, clock=lambda: 1000.0, after_files=0)
+    assert off.maybe_run(names, {"sched.busy": 1000}) == []  # 0: the file trigger is off
+
+
 def test_cli_maintain_end_to_end(tmp_path):
     props = _sqlite_props(tmp_path)
     cat = SqlCatalog("maint", **props)
