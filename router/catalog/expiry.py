@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import time
 
+from pyiceberg.exceptions import CommitFailedException
+
+from router.catalog.tables import backoff
+
 
 def snapshots_to_expire(metadata, retain_last: int, max_age_seconds: float, now: float | None = None) -> list[int]:
     """Snapshot ids the rule expires for this table metadata (pure)."""
@@ -21,9 +25,28 @@ def snapshots_to_expire(metadata, retain_last: int, max_age_seconds: float, now:
     return [s.snapshot_id for s in snapshots if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
 
 
-def expire_snapshots(table, retain_last: int, max_age_seconds: float) -> int:
-    """Expire what `snapshots_to_expire` names; returns how many."""
-    expired = snapshots_to_expire(table.metadata, retain_last, max_age_seconds)
-    if expired:
-        table.maintenance.expire_snapshots().by_ids(expired).commit()
-    return len(expired)
+EXPIRE_ATTEMPTS = 4
+
+
+def expire_snapshots(table, retain_last: int, max_age_seconds: float, attempts: int = EXPIRE_ATTEMPTS) -> int:
+    """Expire what `snapshots_to_expire` names; returns how many.
+
+    The running job commits the same table meanwhile, and its commits expire by
+    the same rule: a snapshot named here may be gone by the time this commits
+    (pyiceberg then refuses the whole removal). So the choice is made again on
+    fresh metadata and retried; only what is still there is removed.
+    """
+    for attempt in range(attempts):
+        if attempt:
+            table.refresh()
+        expired = snapshots_to_expire(table.metadata, retain_last, max_age_seconds)
+        if not expired:
+            return 0
+        try:
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            return len(expired)
+        except (CommitFailedException, ValueError):  # ValueError: "Snapshot with snapshot id ... does not exist"
+            if attempt == attempts - 1:
+                raise
+            backoff(attempt, base=0.05, cap=1.0)
+    return 0

@@ -116,6 +116,12 @@ def maintain_command(config: RouterConfig, table_pattern: str = "*", dry_run: bo
     return format_reports(reports, table_pattern, dry_run)
 
 
+def _short(exc: Exception, limit: int = 300) -> str:
+    """One bounded line: pyiceberg's messages can carry a table's whole snapshot list."""
+    text = (str(exc).splitlines() or [""])[0]
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -194,6 +200,7 @@ class MaintenanceScheduler:
                 table = load_table(self.config.catalog, name, refresh=True)
                 reports.append(maintain_table(table, self.config.maintenance, orphans=False))
             except Exception as exc:  # maintenance must never fail ingestion
-                log.warning("scheduled maintenance of %s failed: %s", name, exc)
-                reports.append(MaintenanceReport(name, error=f"{type(exc).__name__}: {exc}"))
+                error = f"{type(exc).__name__}: {_short(exc)}"
+                log.warning("scheduled maintenance of %s failed: %s", name, error)
+                reports.append(MaintenanceReport(name, error=error))
         return reports
