@@ -151,7 +151,8 @@ def render_soak(r: dict) -> list[str]:
     if r.get("maintenance"):
         m = r["maintenance"]
         lines.insert(-1, f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
-                         f"{m['files_removed']:,} files -> {m['files_added']:,}")
+                         f"{m['files_removed']:,} files -> {m['files_added']:,}; "
+                         f"{m.get('replaced_deleted', 0):,} replaced files deleted once unreferenced")
     cores = r.get("cores_first_last")
     if cores:
         lines.insert(-1, "  cores taken, first -> last span  " + ", ".join(

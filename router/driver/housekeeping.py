@@ -31,7 +31,8 @@ class BackgroundMaintenance:
         self._busy = threading.Lock()
         self._scheduler: MaintenanceScheduler | None = None
         self._files: dict[str, int] = {}  # files committed while the thread was busy, handed on next time
-        self.totals = {"runs": 0, "failed": 0, "files_removed": 0, "files_added": 0}  # since the job started
+        # since the job started: runs, failed runs, files compaction replaced / wrote / deleted afterwards
+        self.totals = {"runs": 0, "failed": 0, "files_removed": 0, "files_added": 0, "replaced_deleted": 0}
 
     def submit(self, files_added: dict[str, int]) -> None:
         """`files_added`: data files this batch committed, per table."""
@@ -54,6 +55,7 @@ class BackgroundMaintenance:
                     self.totals["failed"] += r.error is not None
                     self.totals["files_removed"] += r.compaction.files_removed
                     self.totals["files_added"] += r.compaction.files_added
+                    self.totals["replaced_deleted"] += len(r.replaced_deleted)
                     log.info("maintenance %s: files %d -> %d, snapshots %d -> %d%s", r.table, r.files_before,
                              r.files_after, r.snapshots_before, r.snapshots_after, f" ({r.error})" if r.error else "")
             finally:

@@ -60,6 +60,24 @@ def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool =
     return result
 
 
+def delete_unreferenced(table, paths: set[str]) -> tuple[list[str], set[str]]:
+    """Delete those of `paths` that no snapshot of the table references any more (files a
+    compaction replaced, once the snapshots that still read them are expired).
+    Returns (deleted, still referenced); a file already gone counts as deleted."""
+    if not paths:
+        return [], set()
+    still = paths & reachable_files(table)
+    deleted = sorted(paths - still)
+    for path in deleted:
+        try:
+            table.io.delete(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # a leftover file is an orphan, removed by `icerouter maintain`
+            log.warning("could not delete %s: %s", path, exc)
+    return deleted, still
+
+
 # ----------------------------------------------------------------------------- orphans
 
 #: Schemes naming the same object store (Hadoop's s3a / s3n are S3).

@@ -12,7 +12,7 @@ from router.catalog import load_table, snapshots_to_expire
 from router.config import MaintenanceConfig, RouterConfig
 from router.exceptions import CompactionConflict, UnsupportedLocation
 from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
-from router.maintenance.files import expire, metadata_file_count, remove_orphans
+from router.maintenance.files import delete_unreferenced, expire, metadata_file_count, remove_orphans
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -35,6 +35,7 @@ class MaintenanceReport:
     compaction: CompactionResult = field(default_factory=CompactionResult)
     planned_groups: list[CompactionGroup] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    replaced_deleted: list[str] = field(default_factory=list)  # files earlier compactions replaced (job only)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -179,6 +180,9 @@ class MaintenanceScheduler:
         self.after_files = after_files
         self.last_run: dict[str, float] = {}
         self.new_files: dict[str, int] = {}  # data files committed since the table's last run
+        # Files our compactions replaced that retained snapshots still read. The job's commits
+        # expire those snapshots without deleting files, so they are deleted here once unreferenced.
+        self.replaced: dict[str, set[str]] = {}
 
     def due(self, table_names: Iterable[str], files_added: Mapping[str, int] | None = None) -> list[str]:
         """Tables due now: most new files first, then longest waiting (first sight starts the clock)."""
@@ -198,7 +202,14 @@ class MaintenanceScheduler:
             self.last_run[name], self.new_files[name] = self.clock(), 0
             try:
                 table = load_table(self.config.catalog, name, refresh=True)
-                reports.append(maintain_table(table, self.config.maintenance, orphans=False))
+                report = maintain_table(table, self.config.maintenance, orphans=False)
+                replaced = self.replaced.pop(name, set())
+                if report.compaction.files_removed:
+                    replaced |= {f.file_path for g in report.planned_groups for f in g.files}
+                report.replaced_deleted, still = delete_unreferenced(table, replaced)
+                if still:
+                    self.replaced[name] = still
+                reports.append(report)
             except Exception as exc:  # maintenance must never fail ingestion
                 error = f"{type(exc).__name__}: {_short(exc)}"
                 log.warning("scheduled maintenance of %s failed: %s", name, error)

@@ -38,7 +38,8 @@ def test_files_committed_while_maintenance_is_busy_count_towards_the_next_run(tm
 
     maintenance.submit({"bg.events": 0})  # 6 + 6 >= 10: due
     _wait_for_maintenance()
-    assert maintenance.totals == {"runs": 1, "failed": 0, "files_removed": 12, "files_added": DAYS}
+    assert maintenance.totals == {"runs": 1, "failed": 0, "files_removed": 12, "files_added": DAYS,
+                                  "replaced_deleted": 0}
     assert len(live_paths(table)) == DAYS
     assert read_iceberg_rows(table.refresh(), order_by="id") == rows
 

@@ -390,6 +390,30 @@ def test_scheduler_compacts_a_table_once_enough_files_arrived_before_its_interva
     assert off.maybe_run(names, {"sched.busy": 1000}) == []  # 0: the file trigger is off
 
 
+def test_scheduler_deletes_the_files_its_compaction_replaced_once_no_snapshot_reads_them(tmp_path):
+    props = _sqlite_props(tmp_path)
+    table = build_table(SqlCatalog("maint", **props), "sched", "replaced", batches=6)
+    data, small = duck_rows(table), live_paths(table)
+    cfg = parse_config(_router_config(props, target_file_size_bytes=MiB, retain_last_snapshots=10))
+    scheduler = MaintenanceScheduler(cfg, interval_seconds=3600, clock=lambda: 1000.0, after_files=10)
+
+    [first] = scheduler.maybe_run(["sched.replaced"], {"sched.replaced": 18})
+    assert first.compaction.files_removed == 18 and first.replaced_deleted == []
+    assert all(os.path.exists(p) for p in small)  # older snapshots still read them
+
+    # the job's commits expire those snapshots and delete nothing (router/catalog/commit.py)
+    table.refresh()
+    older = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != table.metadata.current_snapshot_id]
+    table.maintenance.expire_snapshots().by_ids(older).commit()
+    assert all(os.path.exists(p) for p in small)
+
+    [second] = scheduler.maybe_run(["sched.replaced"], {"sched.replaced": 10})
+    assert second.error is None and sorted(map(local, second.replaced_deleted)) == sorted(small)
+    assert not any(os.path.exists(p) for p in small)
+    assert duck_rows(table) == data and len(live_paths(table)) == DAYS
+    assert scheduler.replaced == {}
+
+
 def test_cli_maintain_end_to_end(tmp_path):
     props = _sqlite_props(tmp_path)
     cat = SqlCatalog("maint", **props)
