@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -166,7 +167,8 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
 
 class MaintenanceScheduler:
     """Maintains the job's tables, called from the driver after commits: a table is due once its
-    interval elapsed or once `after_files` data files were committed to it since its last run
+    interval elapsed or once about `after_files` (see files_threshold) data files were committed
+    to it since its last run
     (a 1 s trigger adds 3,600 small files an hour per table, and every commit's manifest merge
     rewrites an entry per live file, so waiting for the clock alone lets both grow).
 
@@ -184,6 +186,11 @@ class MaintenanceScheduler:
         # expire those snapshots without deleting files, so they are deleted here once unreferenced.
         self.replaced: dict[str, set[str]] = {}
 
+    def files_threshold(self, name: str) -> int:
+        """`after_files` spread over 0.75x-1.25x by a stable hash of the table name: tables fed
+        at the same pace would otherwise all come due in the same batch and compact together."""
+        return max(1, round(self.after_files * (0.75 + 0.5 * (zlib.crc32(name.encode()) % 1000) / 1000)))
+
     def due(self, table_names: Iterable[str], files_added: Mapping[str, int] | None = None) -> list[str]:
         """Tables due now: most new files first, then longest waiting (first sight starts the clock)."""
         now = self.clock()
@@ -192,7 +199,7 @@ class MaintenanceScheduler:
             self.new_files[name] = self.new_files.get(name, 0) + (files_added or {}).get(name, 0)
         waiting = [(-self.new_files.get(n, 0), t, n) for n, t in self.last_run.items()
                    if (self.interval and now - t >= self.interval)
-                   or (self.after_files and self.new_files.get(n, 0) >= self.after_files)]
+                   or (self.after_files and self.new_files.get(n, 0) >= self.files_threshold(n))]
         return [n for _, _, n in sorted(waiting)][: self.max_tables]
 
     def maybe_run(self, table_names: Iterable[str], files_added: Mapping[str, int] | None = None

@@ -384,7 +384,12 @@ def test_scheduler_compacts_a_table_once_enough_files_arrived_before_its_interva
     assert report.compaction.files_removed == 18 and report.compaction.files_added == DAYS
     assert len(live_paths(busy)) == DAYS and rows(busy) == data == duck_rows(busy)
     assert len(live_paths(quiet)) == 18  # 2 new files, not due
-    assert scheduler.maybe_run(names, {"sched.busy": 9}) == []  # the count restarted after the run
+    assert scheduler.maybe_run(names, {"sched.busy": 5}) == []  # the count restarted after the run
+
+    # each table's threshold is spread over 0.75x-1.25x so tables fed alike do not compact together
+    thresholds = [MaintenanceScheduler(cfg, after_files=100).files_threshold(f"ns.t{i}") for i in range(50)]
+    assert all(75 <= t <= 125 for t in thresholds) and len(set(thresholds)) > 20
+    assert scheduler.files_threshold("sched.busy") <= 12 < scheduler.files_threshold("sched.quiet") + 2
 
     off = MaintenanceScheduler(cfg, interval_seconds=3600, clock=lambda: 1000.0, after_files=0)
     assert off.maybe_run(names, {"sched.busy": 1000}) == []  # 0: the file trigger is off
