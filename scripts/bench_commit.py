@@ -13,8 +13,9 @@ batch of ours is summarised (top functions by cumulative time).
 --soak: the commit path alone over many commits, as the soak benchmark's live job
 runs it (20 tables, one small file per table per batch, two worker processes
 committing into one WAL SQLite catalog at once, the job's snapshot expiry rule
-and manifest merging) but without Spark, broker or producer on the cores: the
-median and mean per-table commit of the last 10 rounds against the first 10.
+and manifest merging, and the job's background compaction once `--compact-after`
+files arrived) but without Spark, broker or producer on the cores: the median
+and mean per-table commit of the last 10 rounds against the first 10.
 Expiry keeps `--retain` snapshots (60: what a table holds at a 1 s trigger with
 the default 60 s snapshot age), so the metadata reaches the live job's size.
 """
@@ -39,8 +40,17 @@ sys.path.insert(0, str(ROOT))
 SOAK_ROWS = 100  # rows per table per batch: 2,000 records/s over 20 tables at a 1 s trigger
 
 
-def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier) -> list[list[float]]:
-    """One process committing its tables `rounds` times; per round, each table's commit in ms."""
+def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, compact_after: int
+                ) -> tuple[list[list[float]], dict]:
+    """One process committing its tables `rounds` times: per round, each table's commit in ms, and
+    what its background maintenance did (the job's, router/driver/housekeeping.py; 0: none)."""
+    import logging
+
+    from router.config import parse_config
+    from router.driver.housekeeping import BackgroundMaintenance
+
+    logging.basicConfig(level=logging.WARNING, format="%(processName)s %(name)s: %(message)s")
+
     import pyarrow as pa
 
     from router.catalog import create_table, load_table
@@ -56,6 +66,12 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier) 
     for name in names:
         create_table(catalog, name, schema)
     maintenance = MaintenanceConfig(retain_last_snapshots=retain, max_snapshot_age_seconds=0)
+    background = BackgroundMaintenance(parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["unused"]}, "registry": {"url": "http://127.0.0.1:9"},
+        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
+        "maintenance": {"retain_last_snapshots": retain, "max_snapshot_age_seconds": 1,
+                        "compact_after_files": compact_after, "compact_interval_seconds": 10 ** 9}}))
+    background.enabled = compact_after > 0
     barrier.wait()
     out = []
     for batch in range(rounds):
@@ -68,7 +84,8 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier) 
                 raise SystemExit(f"{r.table}: {outcome.error}")
             ms.append(outcome.seconds * 1000)
         out.append(ms)
-    return out
+        background.submit({n: 1 for n in names})
+    return out, background.totals
 
 
 def soak_catalog(root: Path):
@@ -86,7 +103,7 @@ def soak_schema():
                     for i in range(10)])
 
 
-def run_soak(tables: int, rounds: int, processes: int, retain: int) -> dict:
+def run_soak(tables: int, rounds: int, processes: int, retain: int, compact_after: int) -> dict:
     import multiprocessing
 
     from bench_soak import first_last, median_first_last
@@ -98,13 +115,16 @@ def run_soak(tables: int, rounds: int, processes: int, retain: int) -> dict:
     barrier = ctx.Manager().Barrier(processes)
     started = time.perf_counter()
     with ctx.Pool(processes) as pool:
-        parts = pool.starmap(soak_worker, [(str(root), names[i::processes], rounds, retain, barrier)
-                                           for i in range(processes)])
+        done = pool.starmap(soak_worker, [(str(root), names[i::processes], rounds, retain, barrier, compact_after)
+                                          for i in range(processes)])
+    parts = [part for part, _ in done]
+    maintenance = {k: sum(totals[k] for _, totals in done) for k in done[0][1]}
     per_round = [[v for part in parts for v in part[b]] for b in range(rounds)]
     means = [statistics.mean(r) for r in per_round[1:]]  # round 0 appends to empty tables
     spans = [per_round[1:][i:i + rounds // 10] for i in range(0, rounds - 1, max(1, rounds // 10))]
     return {"mode": "soak", "tables": tables, "rounds": rounds, "processes": processes, "retain_snapshots": retain,
             "rows_per_file": SOAK_ROWS, "seconds": round(time.perf_counter() - started, 1),
+            "compact_after_files": compact_after, "maintenance": maintenance,
             "commit_drift": first_last(means), "commit_median_drift": median_first_last(per_round[1:]),
             "timeline_median_ms": [round(statistics.median(v for r in span for v in r), 2) for span in spans]}
 
@@ -116,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak", action="store_true", help="the commit path alone over many commits (see above)")
     ap.add_argument("--processes", type=int, default=2, help="--soak: committing processes")
     ap.add_argument("--retain", type=int, default=60, help="--soak: snapshots the expiry keeps")
+    ap.add_argument("--compact-after", type=int, default=100,
+                    help="--soak: maintenance.compact_after_files of each process's background maintenance (0: none)")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     if args.soak:
-        result = run_soak(args.tables or 20, args.batches or 500, args.processes, args.retain)
+        result = run_soak(args.tables or 20, args.batches or 500, args.processes, args.retain, args.compact_after)
         print(json.dumps(result))
         if args.json_file:
             Path(args.json_file).write_text(json.dumps(result, indent=1))

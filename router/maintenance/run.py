@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from router.catalog import load_table, snapshots_to_expire
+from router.catalog import get_catalog, snapshots_to_expire
 from router.config import MaintenanceConfig, RouterConfig
 from router.exceptions import CompactionConflict, UnsupportedLocation
 from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
@@ -208,7 +208,9 @@ class MaintenanceScheduler:
         for name in self.due(table_names, files_added):
             self.last_run[name], self.new_files[name] = self.clock(), 0
             try:
-                table = load_table(self.config.catalog, name, refresh=True)
+                # a handle of its own: the process's cached one (router/catalog/tables.py) is
+                # refreshed and committed in place by the job's commits on other threads
+                table = get_catalog(self.config.catalog).load_table(name)
                 report = maintain_table(table, self.config.maintenance, orphans=False)
                 replaced = self.replaced.pop(name, set())
                 if report.compaction.files_removed:

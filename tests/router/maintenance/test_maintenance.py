@@ -385,6 +385,15 @@ def test_scheduler_compacts_a_table_once_enough_files_arrived_before_its_interva
     assert len(live_paths(busy)) == DAYS and rows(busy) == data == duck_rows(busy)
     assert len(live_paths(quiet)) == 18  # 2 new files, not due
     assert scheduler.maybe_run(names, {"sched.busy": 5}) == []  # the count restarted after the run
+    # the job's cached handle, refreshed and committed in place by its commit threads, is not the
+    # one maintenance works on (it would move under them)
+    from router.catalog import load_table
+
+    cached = load_table(cfg.catalog, "sched.quiet")
+    before = cached.metadata_location
+    [quiet_report] = scheduler.maybe_run(names, {"sched.quiet": 20})
+    assert quiet_report.compaction.files_removed == 18 and cached.metadata_location == before
+    assert load_table(cfg.catalog, "sched.quiet", refresh=True).metadata_location != before
 
     # each table's threshold is spread over 0.75x-1.25x so tables fed alike do not compact together
     thresholds = [MaintenanceScheduler(cfg, after_files=100).files_threshold(f"ns.t{i}") for i in range(50)]
