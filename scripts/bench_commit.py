@@ -13,9 +13,13 @@ batch of ours is summarised (top functions by cumulative time).
 --soak: the commit path alone over many commits, as the soak benchmark's live job
 runs it (20 tables, one small file per table per batch, two worker processes
 committing into one WAL SQLite catalog at once, the job's snapshot expiry rule
-and manifest merging, and the job's background compaction once `--compact-after`
-files arrived) but without Spark, broker or producer on the cores: the median
-and mean per-table commit of the last 10 rounds against the first 10.
+and manifest merging; the job's background maintenance in a third process, as
+on the driver, compacting a table once about `--compact-after` files arrived)
+but without Spark, broker or producer on the cores: the median and mean
+per-table commit of the last 10 rounds against the first 10, and the same again
+without the background maintenance. Rounds are not paced: each table commits
+several times a second, so compactions meet far more concurrent appends than
+at a 1 s trigger.
 Expiry keeps `--retain` snapshots (60: what a table holds at a 1 s trigger with
 the default 60 s snapshot age), so the metadata reaches the live job's size.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import json
 import pstats
@@ -40,17 +45,9 @@ sys.path.insert(0, str(ROOT))
 SOAK_ROWS = 100  # rows per table per batch: 2,000 records/s over 20 tables at a 1 s trigger
 
 
-def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, compact_after: int
-                ) -> tuple[list[list[float]], dict]:
-    """One process committing its tables `rounds` times: per round, each table's commit in ms, and
-    what its background maintenance did (the job's, router/driver/housekeeping.py; 0: none)."""
-    import logging
-
-    from router.config import parse_config
-    from router.driver.housekeeping import BackgroundMaintenance
-
-    logging.basicConfig(level=logging.WARNING, format="%(processName)s %(name)s: %(message)s")
-
+def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, committed) -> list[list[float]]:
+    """One process committing its tables `rounds` times (a Spark worker's part of a batch): per
+    round, each table's commit in ms. Each round's files are announced on `committed`."""
     import pyarrow as pa
 
     from router.catalog import create_table, load_table
@@ -66,12 +63,6 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, 
     for name in names:
         create_table(catalog, name, schema)
     maintenance = MaintenanceConfig(retain_last_snapshots=retain, max_snapshot_age_seconds=0)
-    background = BackgroundMaintenance(parse_config({
-        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["unused"]}, "registry": {"url": "http://127.0.0.1:9"},
-        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
-        "maintenance": {"retain_last_snapshots": retain, "max_snapshot_age_seconds": 1,
-                        "compact_after_files": compact_after, "compact_interval_seconds": 10 ** 9}}))
-    background.enabled = compact_after > 0
     barrier.wait()
     out = []
     for batch in range(rounds):
@@ -84,8 +75,38 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, 
                 raise SystemExit(f"{r.table}: {outcome.error}")
             ms.append(outcome.seconds * 1000)
         out.append(ms)
-        background.submit({n: 1 for n in names})
-    return out, background.totals
+        committed.put({n: 1 for n in names})
+    committed.put(None)
+    return out
+
+
+def soak_maintainer(root: str, retain: int, compact_after: int, committed, workers: int, totals) -> None:
+    """The driver's part: the job's background maintenance (router/driver/housekeeping.py), told
+    after every round what was committed, in a process of its own as in the job."""
+    import logging
+    import threading
+
+    from router.config import parse_config
+    from router.driver.housekeeping import BackgroundMaintenance
+
+    logging.basicConfig(level=logging.WARNING, format="maintenance %(name)s: %(message)s")
+    catalog = soak_catalog(Path(root))
+    background = BackgroundMaintenance(parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["unused"]}, "registry": {"url": "http://127.0.0.1:9"},
+        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
+        "maintenance": {"retain_last_snapshots": retain, "max_snapshot_age_seconds": 1,
+                        "compact_after_files": max(compact_after, 0), "compact_interval_seconds": 10 ** 9}}))
+    background.enabled = compact_after > 0
+    while workers:
+        files = committed.get()
+        if files is None:
+            workers -= 1
+        else:
+            background.submit(files)
+    for thread in threading.enumerate():
+        if thread.name == "icerouter-maintenance":
+            thread.join()
+    totals.update(background.totals)
 
 
 def soak_catalog(root: Path):
@@ -112,13 +133,17 @@ def run_soak(tables: int, rounds: int, processes: int, retain: int, compact_afte
     soak_catalog(root).load()  # the catalog file and its WAL mode exist before the workers race for them
     names = [f"soak.t{i:03d}" for i in range(tables)]
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Manager().Barrier(processes)
+    manager = ctx.Manager()
+    barrier, committed, totals = manager.Barrier(processes), manager.Queue(), manager.dict()
+    maintainer = ctx.Process(target=soak_maintainer, args=(str(root), retain, compact_after, committed, processes,
+                                                           totals), name="bench-maintenance")
+    maintainer.start()
     started = time.perf_counter()
     with ctx.Pool(processes) as pool:
-        done = pool.starmap(soak_worker, [(str(root), names[i::processes], rounds, retain, barrier, compact_after)
-                                          for i in range(processes)])
-    parts = [part for part, _ in done]
-    maintenance = {k: sum(totals[k] for _, totals in done) for k in done[0][1]}
+        parts = pool.starmap(soak_worker, [(str(root), names[i::processes], rounds, retain, barrier, committed)
+                                           for i in range(processes)])
+    maintainer.join()
+    maintenance = dict(totals)
     per_round = [[v for part in parts for v in part[b]] for b in range(rounds)]
     means = [statistics.mean(r) for r in per_round[1:]]  # round 0 appends to empty tables
     spans = [per_round[1:][i:i + rounds // 10] for i in range(0, rounds - 1, max(1, rounds // 10))]
@@ -137,11 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=2, help="--soak: committing processes")
     ap.add_argument("--retain", type=int, default=60, help="--soak: snapshots the expiry keeps")
     ap.add_argument("--compact-after", type=int, default=100,
-                    help="--soak: maintenance.compact_after_files of each process's background maintenance (0: none)")
+                    help="--soak: maintenance.compact_after_files of the background maintenance (0: none)")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     if args.soak:
-        result = run_soak(args.tables or 20, args.batches or 500, args.processes, args.retain, args.compact_after)
+        soak = functools.partial(run_soak, args.tables or 20, args.batches or 500, args.processes, args.retain)
+        result = soak(args.compact_after)
+        if args.compact_after:  # the same without background maintenance, for a same-run comparison
+            result = {"with_maintenance": result, "without_maintenance": soak(0)}
         print(json.dumps(result))
         if args.json_file:
             Path(args.json_file).write_text(json.dumps(result, indent=1))
