@@ -20,7 +20,7 @@ class BackgroundMaintenance:
     """Compacts the job's tables every `maintenance.compact_interval_seconds`, or once
     `maintenance.compact_after_files` files were committed to one, off the batch path.
 
-    One background thread; a call while it is busy is skipped (the next batch asks again).
+    One background thread; a call while it is busy only counts the batch's files towards the next run.
     Compaction conflicts with our own appends are retried or abandoned by the maintenance code.
     """
 

@@ -168,9 +168,8 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
 class MaintenanceScheduler:
     """Maintains the job's tables, called from the driver after commits: a table is due once its
     interval elapsed or once about `after_files` (see files_threshold) data files were committed
-    to it since its last run
-    (a 1 s trigger adds 3,600 small files an hour per table, and every commit's manifest merge
-    rewrites an entry per live file, so waiting for the clock alone lets both grow).
+    to it since its last run. A 1 s trigger adds 3,600 small files an hour per table and every
+    manifest merge rewrites an entry per live file, so waiting for the clock alone lets both grow.
 
     A table's clock starts when it is first seen; each call runs at most `max_tables_per_run`
     due tables (most new files first, then longest waiting) so one call never stalls for long.
