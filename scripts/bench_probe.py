@@ -211,6 +211,7 @@ class CommitRecord:
     wall: float  # time.time() when the table's commit became visible (in a task or on the driver)
     expired: int = 0
     where: str = "driver"  # which side committed it: driver | task
+    cpu_seconds: float = 0.0  # the committing thread's CPU time (seconds is wall time, load included)
 
 
 @dataclass
@@ -248,7 +249,7 @@ class RecordingDispatcher(Dispatcher):
         super().__call__(df, batch_id)
         done = time.time()
         self.commits += [CommitRecord(batch_id, o.table, o.status, o.seconds, o.committed_at or done, o.expired,
-                                      o.where) for o in self.last_outcomes]
+                                      o.where, o.cpu_seconds) for o in self.last_outcomes]
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 
 

@@ -141,13 +141,15 @@ def render_soak(r: dict) -> list[str]:
              f"{_verdict(ok)}",
              f"  per-table commit, median        {_drift(r.get('commit_median_drift'), 'ms')}  target <= "
              f"{TARGETS['commit_drift']}: {_verdict(_within(r.get('commit_median_drift')))}",
+             f"  per-table commit, CPU time      {_drift(r.get('commit_cpu_drift'), 'ms')}  (the commit's own "
+             "work; wall time above adds waiting for a core)",
              f"  driver commit phase             {_drift(r['commit_phase_drift'], 's', digits=3)}",
              f"  batch total                     {_drift(r['batch_drift'], 's', digits=3)}",
              f"  dead-letter table commit        {_drift(r['dlq_commit_drift'], 'ms')}",
              f"  snapshots per table at the end  mean {s['mean']} (min {s['min']}, max {s['max']}, "
              f"{s['tables']} tables); dead-letter table {r['dlq_snapshots_at_end']['max']}",
              f"  peak RSS                        {_memory(r['memory_peak_mb'])}",
-             "  over time (mean per batch: records, per-table commit, commit phase, batch total; max lag):"]
+             "  over time (mean per batch: records, per-table commit wall / CPU, commit phase, batch total; max lag):"]
     if r.get("maintenance"):
         m = r["maintenance"]
         lines.insert(-1, f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
@@ -159,9 +161,10 @@ def render_soak(r: dict) -> list[str]:
             f"{k} {a:.2f} -> {b:.2f}" for k, (a, b) in cores.items() if max(a, b) >= 0.01))
     for row in r["timeline"]:
         mean = f"{row['table_mean_ms']:6.1f}" if row["table_mean_ms"] is not None else "     -"
+        cpu = f" / {row['table_cpu_ms']:5.1f}" if row.get("table_cpu_ms") is not None else ""
         lag = "-" if row["lag"] is None else f"{row['lag']:,}"
         lines.append(f"    batches {row['from']:>4}-{row['to']:<4} at {row['t']:>6.0f} s: {row['records']:>6,} records, "
-                     f"per table {mean} ms, commit {row['commit_s']:.3f} s, total {row['total_s']:.3f} s, lag {lag}")
+                     f"per table {mean}{cpu} ms, commit {row['commit_s']:.3f} s, total {row['total_s']:.3f} s, lag {lag}")
     return lines
 
 

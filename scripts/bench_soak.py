@@ -49,16 +49,19 @@ def median_first_last(per_batch: list[list[float]], n: int = 10) -> dict | None:
 def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
     """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
     by_batch: dict[int, list[float]] = {}
+    cpu_by_batch: dict[int, list[float]] = {}
     for c in commits:
         if c.status == "committed" and c.table not in skip:
             by_batch.setdefault(c.batch_id, []).append(c.seconds * 1000)
+            cpu_by_batch.setdefault(c.batch_id, []).append(c.cpu_seconds * 1000)
     rows = []
     for b in batches:
-        mine = by_batch.get(b.batch_id, [])
+        mine, cpu = by_batch.get(b.batch_id, []), cpu_by_batch.get(b.batch_id, [])
         s = b.stats
         rows.append({"batch": b.batch_id, "t": round(b.ended - t0, 1), "records": s.records,
                      "tables": s.tables_committed, "table_mean_ms": round(statistics.mean(mine), 2) if mine else None,
                      "table_ms": [round(v, 2) for v in mine],
+                     "table_cpu_mean_ms": round(statistics.mean(cpu), 2) if cpu else None,
                      "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
                      "total_s": round(s.total_seconds, 4), "lag": s.lag})
     return rows
@@ -71,10 +74,12 @@ def timeline(rows: list[dict], steps: int = 10) -> list[dict]:
     for i in range(0, len(rows), size):
         span = rows[i:i + size]
         means = [r["table_mean_ms"] for r in span if r["table_mean_ms"] is not None]
+        cpu = [r["table_cpu_mean_ms"] for r in span if r.get("table_cpu_mean_ms") is not None]
         lags = [r["lag"] for r in span if r["lag"] is not None]
         out.append({"from": span[0]["batch"], "to": span[-1]["batch"], "t": span[-1]["t"],
                     "records": round(statistics.mean(r["records"] for r in span)),
                     "table_mean_ms": round(statistics.mean(means), 2) if means else None,
+                    "table_cpu_ms": round(statistics.mean(cpu), 2) if cpu else None,
                     "commit_s": round(statistics.mean(r["commit_s"] for r in span), 4),
                     "total_s": round(statistics.mean(r["total_s"] for r in span), 4),
                     "lag": max(lags) if lags else None})
@@ -176,6 +181,8 @@ def run_soak(args, stack, root: Path) -> dict:
     result["records"] = sum(r["records"] for r in rows)
     result["commit_drift"] = first_last([r["table_mean_ms"] for r in steady])
     result["commit_median_drift"] = median_first_last([r["table_ms"] for r in steady])
+    # the commits' own CPU time: flat while wall time grows means the machine, not the commit, got slower
+    result["commit_cpu_drift"] = first_last([r["table_cpu_mean_ms"] for r in steady])
     result["commit_phase_drift"] = first_last([r["commit_s"] for r in steady])
     result["batch_drift"] = first_last([r["total_s"] for r in steady])
     dlq = [c.seconds * 1000 for c in dispatcher.commits if c.table in skip and c.status == "committed"]

@@ -43,6 +43,7 @@ class CommitOutcome:
     files: int = 0
     attempts: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the committing thread's CPU time: the commit's own cost, apart from the machine's load
     snapshot_id: int | None = None
     error: str | None = None
     transient: bool = False  # the error may heal by waiting (catalog unreachable), see router/exceptions.py
@@ -113,7 +114,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                  maintenance: MaintenanceConfig | None = None, drill: tuple[str, int] | None = None,
                  where: str = "driver") -> CommitOutcome:
     """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where,
                             offsets=dict(result.offsets))
     if not result.data_files and not result.settled:
@@ -168,4 +169,5 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         outcome.error = f"{type(last_error).__name__}: {last_error}"
         outcome.transient = is_transient(last_error)
     outcome.seconds = time.perf_counter() - started
+    outcome.cpu_seconds = time.thread_time() - cpu_started
     return outcome
