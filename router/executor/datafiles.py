@@ -59,7 +59,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
-__all__ = ["write_data_files", "clear_cache"]
+__all__ = ["write_data_files", "RollingWriter", "clear_cache"]
 
 # One entry per live (table, schema, spec, write.* properties): a few hundred tables per
 # worker fit; an evolved table simply gets a new entry.
@@ -228,7 +228,11 @@ def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_ke
         size = stream.tell()  # bytes written: saves the stat (an object-store HEAD) pyiceberg makes
     finally:
         stream.close()
-    stats = data_file_statistics_from_parquet_metadata(writer.writer.metadata, plan.stats_plan, plan.path_to_id)
+    return _data_file(plan, path, size, writer.writer.metadata, partition_key)
+
+
+def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partition_key: PartitionKey | None) -> DataFile:
+    stats = data_file_statistics_from_parquet_metadata(parquet_metadata, plan.stats_plan, plan.path_to_id)
     return DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
@@ -271,3 +275,104 @@ def write_data_files(table: Any, data: pa.Table) -> list[DataFile]:
             path = plan.location_provider.new_data_location(data_file_name=name, partition_key=key)
             files.append(_write_one(plan, table.io, _to_file_table(plan, proj, batches, rows.schema), path, key))
     return files
+
+
+#: In-memory Arrow bytes buffered per partition before they go out as one row group.
+ROW_GROUP_BUFFER_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    key: PartitionKey | None
+    stream: Any
+    writer: pq.ParquetWriter
+
+
+class RollingWriter:
+    """Streams record batches into data files that roll over at ``target_file_size`` bytes on disk.
+
+    For rewrites of many files (compaction): memory holds at most one row group
+    per partition, never the whole output. Sizes are real on-disk bytes (the
+    spec's meaning of ``write.target-file-size-bytes``), where the one-shot
+    writer above, like pyiceberg, sizes by in-memory Arrow bytes. Same field
+    ids, statistics, partition values and file naming as ``write_data_files``.
+    """
+
+    def __init__(self, table: Any, target_file_size: int | None = None,
+                 buffer_bytes: int = ROW_GROUP_BUFFER_BYTES) -> None:
+        self._io: FileIO = table.io
+        self._plan = _plan_for(table.metadata)
+        self.target_file_size = target_file_size or self._plan.target_file_size
+        self.buffer_bytes = buffer_bytes
+        self._uuid, self._counter = uuid.uuid4(), itertools.count(0)
+        self._buffers: dict[str, tuple[PartitionKey | None, list[pa.Table]]] = {}
+        self._open: dict[str, _OpenFile] = {}
+        self.files: list[DataFile] = []
+        self.paths: list[str] = []  # every file started, described or not
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        data = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if data.num_rows == 0:
+            return
+        self.rows += data.num_rows
+        parts = [(None, data)] if self._plan.spec.is_unpartitioned() else _split_partitions(self._plan, data)
+        for key, rows in parts:
+            slot = key.to_path() if key is not None else ""
+            if slot in self._buffers and not self._buffers[slot][1][0].schema.equals(rows.schema):
+                self._flush(slot)  # files of older schemas may come back with other Arrow types
+            _, tables = self._buffers.setdefault(slot, (key, []))
+            tables.append(rows)
+            if sum(t.nbytes for t in tables) >= self.buffer_bytes:
+                self._flush(slot)
+
+    def close(self) -> list[DataFile]:
+        """Write what is buffered, close every file; the DataFiles written, not yet committed."""
+        for slot in list(self._buffers):
+            self._flush(slot)
+        for slot in list(self._open):
+            self._finish(slot)
+        return self.files
+
+    def abort(self) -> list[str]:
+        """Close whatever is open without describing it; every path written (for the caller to delete)."""
+        for out in self._open.values():
+            for closing in (out.writer.close, out.stream.close):
+                try:
+                    closing()
+                except Exception:  # the file is deleted by the caller either way
+                    pass
+        self._open.clear()
+        self._buffers.clear()
+        return list(self.paths)
+
+    def _flush(self, slot: str) -> None:
+        key, tables = self._buffers.pop(slot)
+        rows = pa.concat_tables(tables)
+        proj = _projection(self._plan, rows.schema)
+        data = _to_file_table(self._plan, proj, rows.to_batches(), rows.schema)
+        out = self._open.get(slot) or self._start(slot, key, data.schema)
+        if not data.schema.equals(out.writer.schema):  # e.g. string in older files, large_string in newer
+            data = data.cast(out.writer.schema)
+        out.writer.write_table(data, row_group_size=self._plan.row_group_size)
+        if out.stream.tell() >= self.target_file_size:
+            self._finish(slot)
+
+    def _start(self, slot: str, key: PartitionKey | None, schema: pa.Schema) -> _OpenFile:
+        name = f"00000-{next(self._counter)}-{self._uuid}.{_FORMAT.file_extension()}"
+        path = self._plan.location_provider.new_data_location(data_file_name=name, partition_key=key)
+        stream = self._io.new_output(path).create(overwrite=True)
+        self.paths.append(path)
+        writer = pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **self._plan.writer_kwargs)
+        out = self._open[slot] = _OpenFile(path, key, stream, writer)
+        return out
+
+    def _finish(self, slot: str) -> None:
+        out = self._open.pop(slot)
+        try:
+            out.writer.close()
+            size = out.stream.tell()
+        finally:
+            out.stream.close()
+        self.files.append(_data_file(self._plan, out.path, size, out.writer.writer.metadata, out.key))

@@ -1,24 +1,24 @@
 """Compaction: pure bin-packing of small files per partition, then one atomic `replace` commit.
 
 Planning is pure (live files in, groups out) so a dry run shows exactly what an
-apply would do. Applying commits ONE `replace` snapshot per table (old files out,
-new files in, same rows) and re-validates against concurrent writers: an append
-landing meanwhile is kept, a replaced file that is no longer live aborts the
-compaction and leaves the table unchanged.
+apply would do. Applying streams each group through a rolling writer (memory is
+bounded by a read window and a row group, whatever the group's size), then
+commits ONE `replace` snapshot per table (old files out, new files in, same
+rows) and re-validates against concurrent writers: an append landing meanwhile
+is kept, a replaced file that is no longer live aborts the compaction and
+leaves the table unchanged.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import FileScanTask, TableProperties
 from pyiceberg.table.snapshots import Operation, Summary
@@ -28,6 +28,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from router.catalog import backoff
 from router.exceptions import CompactionConflict, MaintenanceError
+from router.executor.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -35,6 +36,7 @@ SMALL_FILE_RATIO = 0.75  # files at >= 75% of the target are left alone
 COMMIT_ATTEMPTS = 4
 COMPACTION_SUMMARY = {"icerouter.maintenance": "compaction"}
 LOCAL_SCHEMES = ("", "file")
+READ_WINDOW_BYTES = 32 * 1024 * 1024  # on-disk bytes of input files read at a time
 
 
 # ----------------------------------------------------------------------------- plan (pure)
@@ -148,37 +150,63 @@ class CompactionResult:
     seconds: float = 0.0
 
 
-def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, write_uuid: uuid.UUID,
-                 counter) -> list[DataFile]:
-    """Read a group projected to the current schema and write it as target-size file(s)."""
+def _read_windows(files: Sequence[DataFile], window_bytes: int) -> Iterable[list[DataFile]]:
+    """Consecutive files of at most ``window_bytes`` on disk (at least one file each)."""
+    window, size = [], 0
+    for f in files:
+        if window and size + f.file_size_in_bytes > window_bytes:
+            yield window
+            window, size = [], 0
+        window.append(f)
+        size += f.file_size_in_bytes
+    if window:
+        yield window
+
+
+def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buffer_bytes: int,
+                 window_bytes: int) -> RollingWriter:
+    """Stream a group, projected to the current schema, into target-size file(s).
+
+    Reads a window of files at a time and writes row groups as they fill, so
+    memory is bounded by the window and the buffer, not by the group's size.
+    """
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    writer = RollingWriter(table, target_file_size_bytes, buffer_bytes=buffer_bytes)
     try:
-        data = scan.to_table([FileScanTask(f) for f in group.files])
+        for window in _read_windows(group.files, window_bytes):
+            for batch in scan.to_record_batches([FileScanTask(f) for f in window]):
+                writer.write(batch)
+        writer.close()
     except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
+        _delete(table, writer.abort())
         raise CompactionConflict(f"a planned file vanished: {exc}", table=_name(table)) from None
-    if data.num_rows != group.input_rows:
+    except BaseException:
+        _delete(table, writer.abort())
+        raise
+    if writer.rows != group.input_rows:
+        _delete(table, writer.paths)
         raise MaintenanceError("rows read differ from the manifests", table=_name(table),
-                               partition=group.partition_path, expected=group.input_rows, read=data.num_rows)
-    # pyiceberg sizes files in in-memory bytes: scale the on-disk target by this group's ratio.
-    in_memory_target = max(1, int(data.nbytes * target_file_size_bytes / max(1, group.input_bytes)))
-    props = {**table.metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(in_memory_target)}
-    metadata = table.metadata.model_copy(update={"properties": props})
-    return list(_dataframe_to_data_files(metadata, data, table.io, write_uuid=write_uuid, counter=counter))
+                               partition=group.partition_path, expected=group.input_rows, read=writer.rows)
+    return writer
 
 
 def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: int | None = None,
-            attempts: int = COMMIT_ATTEMPTS) -> CompactionResult:
-    """Rewrite the groups and commit them as one atomic replace snapshot (refresh + retry on conflicts)."""
+            attempts: int = COMMIT_ATTEMPTS, buffer_bytes: int = ROW_GROUP_BUFFER_BYTES,
+            window_bytes: int = READ_WINDOW_BYTES) -> CompactionResult:
+    """Rewrite the groups and commit them as one atomic replace snapshot (refresh + retry on conflicts).
+
+    ``buffer_bytes`` (in memory) and ``window_bytes`` (input files on disk) bound the memory a rewrite takes.
+    """
     started = time.perf_counter()
     result = CompactionResult(groups=len(groups))
     if not groups:
         return result
     target = target_file_size_bytes or max(g.input_bytes for g in groups)
-    write_uuid, counter, spec_id = uuid.uuid4(), itertools.count(), table.metadata.default_spec_id
+    spec_id = table.metadata.default_spec_id
     old, new = [f for g in groups for f in g.files], []
     try:
         for group in groups:
-            new += _write_group(table, group, target, write_uuid, counter)
+            new += _write_group(table, group, target, buffer_bytes, window_bytes).files
         if sum(f.record_count for f in new) != sum(f.record_count for f in old):
             raise MaintenanceError("rewritten files do not hold the same number of rows", table=_name(table))
     except BaseException:

@@ -278,3 +278,71 @@ def test_cache_is_bounded_and_empty_input_writes_nothing(catalog, unique_name, m
         write_data_files(t, sample(5))
     assert len(datafiles._plans) == 2
     assert write_data_files(tables[0], sample(0)) == []
+
+
+# ----------------------------------------------------------------------------- the rolling writer (compaction)
+
+STATS = ("content", "file_format", "partition", "record_count", "value_counts", "null_value_counts",
+         "nan_value_counts", "lower_bounds", "upper_bounds", "spec_id")
+
+
+def stats_of(data_file) -> dict:
+    """What a reader prunes and plans with: the same whatever the row groups are."""
+    return {k: v for k, v in described(data_file).items() if k in STATS}
+
+
+@pytest.mark.parametrize("spec", ["unpartitioned", "identity", "hour_month_year"])
+def test_rolling_writer_streams_batches_into_one_file_per_partition_with_pyiceberg_statistics(
+        catalog, unique_name, spec):
+    table = make_table(catalog, unique_name, spec)
+    data = sample()
+    writer = datafiles.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)  # every batch a row group
+    for batch in data.to_batches(max_chunksize=20):
+        writer.write(batch)
+    ours = writer.close()
+    theirs = list(_dataframe_to_data_files(table.metadata, data, table.io))
+    key = lambda f: str(f.partition._data)  # noqa: E731
+    assert [stats_of(f) for f in sorted(ours, key=key)] == [stats_of(f) for f in sorted(theirs, key=key)]
+    for mine, ref in zip(sorted(ours, key=key), sorted(theirs, key=key)):
+        assert mine.file_size_in_bytes == len(table.io.new_input(mine.file_path))
+        assert os.path.dirname(mine.file_path) == os.path.dirname(ref.file_path)
+        parquet = pq.ParquetFile(opened(table, mine.file_path))
+        assert parquet.schema_arrow.equals(pq.ParquetFile(opened(table, ref.file_path)).schema_arrow,
+                                           check_metadata=True)  # field ids
+        assert plain(parquet.read().to_pylist()) == plain(pq.read_table(opened(table, ref.file_path)).to_pylist())
+    assert sum(pq.ParquetFile(opened(table, f.file_path)).metadata.num_row_groups for f in ours) > len(ours)
+    assert writer.rows == ROWS and sorted(writer.paths) == sorted(f.file_path for f in ours)
+
+    append(table, ours)
+    expected = by_id(data.to_pylist())
+    assert by_id(catalog.load_table(table.name()).scan().to_arrow().to_pylist()) == expected
+    assert by_id(read_iceberg(catalog.load_table(table.name())).to_pylist()) == expected
+    column, value = PROBES[spec]
+    got = catalog.load_table(table.name()).scan(row_filter=EqualTo(column, value)).to_arrow()
+    assert by_id(got.to_pylist()) == by_id(data.filter(pc.field(column) == value).to_pylist())
+
+
+def test_rolling_writer_rolls_over_at_the_target_size_on_disk(catalog, unique_name):
+    table = make_table(catalog, unique_name)
+    data = sample(3000)
+    target = 24 * 1024
+    writer = datafiles.RollingWriter(table, target_file_size=target, buffer_bytes=16 * 1024)
+    for batch in data.to_batches(max_chunksize=100):
+        writer.write(batch)
+    ours = writer.close()
+    sizes = [f.file_size_in_bytes for f in ours]
+    assert len(ours) > 2 and sum(f.record_count for f in ours) == 3000
+    assert all(s >= target for s in sizes[:-1]) and sizes[-1] <= max(sizes)  # every file but the last is full
+    assert all(s < 2 * target for s in sizes)  # rolled at the first row group past the target
+    append(table, ours)
+    assert by_id(read_iceberg(catalog.load_table(table.name())).to_pylist()) == by_id(data.to_pylist())
+
+
+def test_rolling_writer_abort_names_every_file_it_started(catalog, unique_name):
+    table = make_table(catalog, unique_name, "identity")
+    writer = datafiles.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)
+    writer.write(sample(60))
+    paths = writer.abort()
+    assert len(paths) == len(set(paths)) == 6  # one open file per name (five names and null)
+    assert all(table.io.new_input(p).exists() for p in paths)
+    assert writer.close() == []  # nothing left to describe
