@@ -19,18 +19,22 @@ cached table that nobody else committed costs no metadata read.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables
 from pyiceberg.catalog.sql import SqlCatalog as _PyicebergSqlCatalog
-from pyiceberg.table import CommitTableResponse
+from pyiceberg.table import CommitTableResponse, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.update import (  # pinned pyiceberg 0.12 (tests/router/catalog/test_commit.py)
     AssertCreate, _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import select, update
+
+log = logging.getLogger("icerouter.catalog")
 
 
 def staged(base, updates) -> tuple:
@@ -98,4 +102,25 @@ class SqlCatalog(_PyicebergSqlCatalog):
         if swapped:
             return CommitTableResponse(metadata=metadata, metadata_location=location)
         table.io.delete(location)  # never referenced: the table moved under us
-        return super().commit_table(table, requirements, updates)
+        current = self.load_table(table.name()).metadata
+        response = super().commit_table(table, requirements, updates)
+        # the caller's clean-up starts from its stale base: files the table dropped since are left to us
+        self._delete_old_metadata(table.io, current, response.metadata)
+        return response
+
+    @staticmethod
+    def _delete_old_metadata(io, base, metadata) -> None:
+        """pyiceberg's clean-up of metadata files past ``previous-versions-max``, quiet about files that
+        are already gone: every committer of a fan-in table removes the same old files, and all but
+        the first found nothing left to do (pyiceberg warned once per file and commit)."""
+        if not property_as_bool(metadata.properties, TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
+                                TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT):
+            return
+        kept = {entry.metadata_file for entry in metadata.metadata_log}
+        for path in {entry.metadata_file for entry in base.metadata_log} - kept:
+            try:
+                io.delete(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # left as an orphan for remove_orphans
+                log.warning("could not delete old metadata file %s: %s", path, exc)

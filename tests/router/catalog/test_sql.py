@@ -4,6 +4,7 @@ pyiceberg's path, and refreshes that skip the metadata read when the table did n
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -84,6 +85,27 @@ def test_a_stale_caller_falls_back_to_pyiceberg_and_leaves_no_orphan(catalog_con
     assert current.properties["owner"] == "ops" and len(current.metadata.snapshots) == 1
     assert len(metadata_files(first)) == len(before) + 1
     assert sorted(read_iceberg(current).column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_committers_of_one_table_clean_up_old_metadata_without_warnings(catalog_config, unique_name, caplog):
+    """Two handles on one table (a fan-in table's tasks): the second's clean-up finds files the first removed."""
+    name = f"{unique_name('n')}.t"
+    create_table(catalog_config, name, SCHEMA)
+    table = get_catalog(catalog_config).load_table(name)
+    with table.transaction() as tx:
+        tx.set_properties({"write.metadata.previous-versions-max": "1"})
+    other = get_catalog(catalog_config).load_table(name)
+    for batch in range(3):
+        table.append(rows(batch * 3, 3))
+    caplog.set_level(logging.DEBUG)
+    with other.transaction() as tx:  # its base still lists metadata files the appends removed
+        tx.set_properties({"owner": "ops"})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    current = catalog_config.load().load_table(name)
+    assert current.properties["owner"] == "ops"
+    kept = {Path(e.metadata_file).name for e in current.metadata.metadata_log}
+    assert metadata_files(current) == kept | {Path(current.metadata_location).name} and len(kept) == 1
+    assert sorted(read_iceberg(current).column("id").to_pylist()) == list(range(9))
 
 
 def test_refresh_reads_metadata_only_when_the_table_moved(catalog_config, unique_name):
