@@ -136,5 +136,6 @@ def run_freshness(args, stack, root: Path) -> dict:
     result["commit_drift"] = commit_drift(timeline[1:])  # batch 0 created the tables
     result["batches"] = batch_rows(dispatcher.batches, cores)
     result["files"] = data_file_stats(root / "warehouse", NAMESPACE)
+    result["maintenance"] = dict(dispatcher.compactor.totals)  # the job's background compaction runs
     result["load_after"] = load_average()
     return result

@@ -101,6 +101,10 @@ def render_freshness(r: dict) -> list[str]:
     f = r["files"]
     lines.append(f"  Parquet data files              {f['files']:,} in {f['tables']} tables, "
                  f"{f['files_per_table_mean']} per table, mean {f['mean_file_kb']:,.0f} KiB")
+    if r.get("maintenance"):
+        mt = r["maintenance"]
+        lines.append(f"  background compaction           {mt['runs']} runs ({mt['failed']} failed), "
+                     f"{mt['files_removed']:,} files -> {mt['files_added']:,}")
     lines.append("  over time (per batch: records, commit phase, per-table commit median / max, "
                  "latency p95 of its records):")
     for row in r["timeline"]:

@@ -4,7 +4,9 @@
 ``list(pyiceberg.io.pyarrow._dataframe_to_data_files(table.metadata, data, table.io))``
 returns: Parquet files with Iceberg field ids, the table's metrics modes and
 truncation, partition values, the table's location provider and file naming,
-codec, row-group and target-file-size properties.
+codec, row-group and target-file-size properties. ``RollingWriter`` streams
+batches into files that roll over at the target size on disk, for rewrites
+(compaction) whose input must not be held in memory at once.
 
 Why: at hundreds of tables most of pyiceberg's time per file goes to work that
 depends only on the table's schema, spec and properties, redone on every call
