@@ -25,6 +25,7 @@ from datetime import datetime
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables
 from pyiceberg.catalog.sql import SqlCatalog as _PyicebergSqlCatalog
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.update import (  # pinned pyiceberg 0.12 (tests/router/catalog/test_commit.py)
@@ -102,11 +103,20 @@ class SqlCatalog(_PyicebergSqlCatalog):
         if swapped:
             return CommitTableResponse(metadata=metadata, metadata_location=location)
         table.io.delete(location)  # never referenced: the table moved under us
-        current = self.load_table(table.name()).metadata
         response = super().commit_table(table, requirements, updates)
-        # the caller's clean-up starts from its stale base: files the table dropped since are left to us
-        self._delete_old_metadata(table.io, current, response.metadata)
+        self._delete_dropped_by_fallback(table.io, response.metadata)
         return response
+
+    def _delete_dropped_by_fallback(self, io, metadata) -> None:
+        """The caller cleans up from its stale base, so files the table dropped since it was read are
+        left over: read the commit's real base (the last entry of the new log) and clean up from it."""
+        if not metadata.metadata_log:
+            return
+        try:
+            base = FromInputFile.table_metadata(io.new_input(metadata.metadata_log[-1].metadata_file))
+        except FileNotFoundError:  # another committer already moved on and removed it
+            return
+        self._delete_old_metadata(io, base, metadata)
 
     @staticmethod
     def _delete_old_metadata(io, base, metadata) -> None:

@@ -284,6 +284,13 @@ ROW_GROUP_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
+class _Buffer:
+    key: PartitionKey | None
+    tables: list[pa.Table] = field(default_factory=list)
+    nbytes: int = 0
+
+
+@dataclass
 class _OpenFile:
     path: str
     key: PartitionKey | None
@@ -308,7 +315,7 @@ class RollingWriter:
         self.target_file_size = target_file_size or self._plan.target_file_size
         self.buffer_bytes = buffer_bytes
         self._uuid, self._counter = uuid.uuid4(), itertools.count(0)
-        self._buffers: dict[str, tuple[PartitionKey | None, list[pa.Table]]] = {}
+        self._buffers: dict[str, _Buffer] = {}
         self._open: dict[str, _OpenFile] = {}
         self.files: list[DataFile] = []
         self.paths: list[str] = []  # every file started, described or not
@@ -322,11 +329,15 @@ class RollingWriter:
         parts = [(None, data)] if self._plan.spec.is_unpartitioned() else _split_partitions(self._plan, data)
         for key, rows in parts:
             slot = key.to_path() if key is not None else ""
-            if slot in self._buffers and not self._buffers[slot][1][0].schema.equals(rows.schema):
+            buffered = self._buffers.get(slot)
+            if buffered is not None and not buffered.tables[0].schema.equals(rows.schema):
                 self._flush(slot)  # files of older schemas may come back with other Arrow types
-            _, tables = self._buffers.setdefault(slot, (key, []))
-            tables.append(rows)
-            if sum(t.nbytes for t in tables) >= self.buffer_bytes:
+                buffered = None
+            if buffered is None:
+                buffered = self._buffers[slot] = _Buffer(key)
+            buffered.tables.append(rows)
+            buffered.nbytes += rows.nbytes
+            if buffered.nbytes >= self.buffer_bytes:
                 self._flush(slot)
 
     def close(self) -> list[DataFile]:
@@ -350,8 +361,8 @@ class RollingWriter:
         return list(self.paths)
 
     def _flush(self, slot: str) -> None:
-        key, tables = self._buffers.pop(slot)
-        rows = pa.concat_tables(tables)
+        buffered = self._buffers.pop(slot)
+        key, rows = buffered.key, pa.concat_tables(buffered.tables)
         proj = _projection(self._plan, rows.schema)
         data = _to_file_table(self._plan, proj, rows.to_batches(), rows.schema)
         out = self._open.get(slot) or self._start(slot, key, data.schema)
