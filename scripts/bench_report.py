@@ -102,9 +102,7 @@ def render_freshness(r: dict) -> list[str]:
     lines.append(f"  Parquet data files              {f['files']:,} in {f['tables']} tables, "
                  f"{f['files_per_table_mean']} per table, mean {f['mean_file_kb']:,.0f} KiB")
     if r.get("maintenance"):
-        mt = r["maintenance"]
-        lines.append(f"  background compaction           {mt['runs']} runs ({mt['failed']} failed), "
-                     f"{mt['files_removed']:,} files -> {mt['files_added']:,}")
+        lines.append(_compaction(r["maintenance"]))
     lines.append("  over time (per batch: records, commit phase, per-table commit median / max, "
                  "latency p95 of its records):")
     for row in r["timeline"]:
@@ -119,6 +117,13 @@ def _drift(d: dict | None, unit: str, scale: float = 1.0, digits: int = 1) -> st
         return "not measured (too few batches, or no per-table commit records)"
     return (f"first {d['n']} batches {d['first'] * scale:.{digits}f} {unit}, last {d['n']} "
             f"{d['last'] * scale:.{digits}f} {unit}: x{d['ratio'] if d['ratio'] is not None else float('nan'):.2f}")
+
+
+def _compaction(m: dict) -> str:
+    """The job's background compaction totals (housekeeping.BackgroundMaintenance.totals)."""
+    return (f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
+            f"{m['files_removed']:,} files -> {m['files_added']:,}; "
+            f"{m.get('replaced_deleted', 0):,} replaced files deleted once unreferenced")
 
 
 def _memory(m: dict) -> str:
@@ -155,10 +160,7 @@ def render_soak(r: dict) -> list[str]:
              f"  peak RSS                        {_memory(r['memory_peak_mb'])}",
              "  over time (mean per batch: records, per-table commit wall / CPU, commit phase, batch total; max lag):"]
     if r.get("maintenance"):
-        m = r["maintenance"]
-        lines.insert(-1, f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
-                         f"{m['files_removed']:,} files -> {m['files_added']:,}; "
-                         f"{m.get('replaced_deleted', 0):,} replaced files deleted once unreferenced")
+        lines.insert(-1, _compaction(r["maintenance"]))
     cores = r.get("cores_first_last")
     if cores:
         lines.insert(-1, "  cores taken, first -> last span  " + ", ".join(

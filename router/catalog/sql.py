@@ -19,7 +19,6 @@ cached table that nobody else committed costs no metadata read.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from pyiceberg.catalog import Catalog
@@ -35,7 +34,7 @@ from pyiceberg.utils.datetime import datetime_to_millis
 from pyiceberg.utils.properties import property_as_bool
 from sqlalchemy import select, update
 
-log = logging.getLogger("icerouter.catalog")
+from router.catalog.tables import delete_quietly
 
 
 def staged(base, updates) -> tuple:
@@ -127,10 +126,4 @@ class SqlCatalog(_PyicebergSqlCatalog):
                                 TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT):
             return
         kept = {entry.metadata_file for entry in metadata.metadata_log}
-        for path in {entry.metadata_file for entry in base.metadata_log} - kept:
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:  # left as an orphan for remove_orphans
-                log.warning("could not delete old metadata file %s: %s", path, exc)
+        delete_quietly(io, {entry.metadata_file for entry in base.metadata_log} - kept)

@@ -7,6 +7,7 @@ and kept in module-level caches, never captured in closures.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -154,3 +155,16 @@ def _has(schema: Schema, column: str) -> bool:
 def backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> None:
     """Full-jitter exponential backoff."""
     time.sleep(random.uniform(0, min(cap, base * (2 ** attempt))))
+
+
+def delete_quietly(io, paths) -> None:
+    """Delete files nothing references any more. A file already gone is what was wanted (another
+    committer or maintenance run got there first); any other failure leaves an orphan for
+    `icerouter maintain` to remove, and is logged, never raised."""
+    for path in paths:
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            logging.getLogger("icerouter.catalog").warning("could not delete %s: %s", path, exc)

@@ -220,11 +220,21 @@ def _split_partitions(plan: _Plan, data: pa.Table) -> list[tuple[PartitionKey, p
     return parts
 
 
+def _new_path(plan: _Plan, write_uuid: uuid.UUID, index: int, partition_key: PartitionKey | None) -> str:
+    """pyiceberg's data file naming and the table's location provider."""
+    name = f"00000-{index}-{write_uuid}.{_FORMAT.file_extension()}"
+    return plan.location_provider.new_data_location(data_file_name=name, partition_key=partition_key)
+
+
+def _parquet_writer(plan: _Plan, stream: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    return pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **plan.writer_kwargs)
+
+
 def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_key: PartitionKey | None) -> DataFile:
     output = io.new_output(path)
     stream = output.create(overwrite=True)
     try:
-        writer = pq.ParquetWriter(stream, schema=table.schema, store_decimal_as_integer=True, **plan.writer_kwargs)
+        writer = _parquet_writer(plan, stream, table.schema)
         writer.write_table(table, row_group_size=plan.row_group_size)
         writer.close()
         size = stream.tell()  # bytes written: saves the stat (an object-store HEAD) pyiceberg makes
@@ -273,8 +283,7 @@ def write_data_files(table: Any, data: pa.Table) -> list[DataFile]:
     files = []
     for key, rows in parts:
         for batches in bin_pack_arrow_table(rows, plan.target_file_size):
-            name = f"00000-{next(counter)}-{write_uuid}.{_FORMAT.file_extension()}"
-            path = plan.location_provider.new_data_location(data_file_name=name, partition_key=key)
+            path = _new_path(plan, write_uuid, next(counter), key)
             files.append(_write_one(plan, table.io, _to_file_table(plan, proj, batches, rows.schema), path, key))
     return files
 
@@ -373,12 +382,10 @@ class RollingWriter:
             self._finish(slot)
 
     def _start(self, slot: str, key: PartitionKey | None, schema: pa.Schema) -> _OpenFile:
-        name = f"00000-{next(self._counter)}-{self._uuid}.{_FORMAT.file_extension()}"
-        path = self._plan.location_provider.new_data_location(data_file_name=name, partition_key=key)
+        path = _new_path(self._plan, self._uuid, next(self._counter), key)
         stream = self._io.new_output(path).create(overwrite=True)
         self.paths.append(path)
-        writer = pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **self._plan.writer_kwargs)
-        out = self._open[slot] = _OpenFile(path, key, stream, writer)
+        out = self._open[slot] = _OpenFile(path, key, stream, _parquet_writer(self._plan, stream, schema))
         return out
 
     def _finish(self, slot: str) -> None:

@@ -26,7 +26,7 @@ from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFil
 from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
 from pyiceberg.utils.properties import property_as_int
 
-from router.catalog import backoff
+from router.catalog import backoff, delete_quietly
 from router.exceptions import CompactionConflict, MaintenanceError
 from router.executor.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
 
@@ -264,11 +264,7 @@ def _drop_intermediate_manifests(table, producer: _ReplaceFiles) -> None:
 
 
 def _delete(table, paths: Iterable[str]) -> None:
-    for path in paths:
-        try:
-            table.io.delete(path)
-        except Exception as exc:  # a leftover file is an orphan, removed later
-            log.warning("could not delete %s: %s", path, exc)
+    delete_quietly(table.io, paths)
 
 
 def _name(table) -> str:

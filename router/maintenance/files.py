@@ -7,7 +7,6 @@ store is listed and its objects deleted, never a local mirror of it.
 
 from __future__ import annotations
 
-import logging
 import os
 import posixpath
 import time
@@ -21,7 +20,6 @@ from router.catalog import expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
 from router.maintenance.compaction import LOCAL_SCHEMES, _delete, _name
 
-log = logging.getLogger("icerouter.maintenance")
 
 
 # ----------------------------------------------------------------------------- expire
@@ -68,13 +66,7 @@ def delete_unreferenced(table, paths: set[str]) -> tuple[list[str], set[str]]:
         return [], set()
     still = paths & reachable_files(table)
     deleted = sorted(paths - still)
-    for path in deleted:
-        try:
-            table.io.delete(path)
-        except FileNotFoundError:
-            pass
-        except Exception as exc:  # a leftover file is an orphan, removed by `icerouter maintain`
-            log.warning("could not delete %s: %s", path, exc)
+    _delete(table, deleted)
     return deleted, still
 
 
