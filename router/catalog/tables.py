@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Mapping, Sequence
 
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, TableAlreadyExistsError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import (
@@ -54,6 +54,7 @@ TRANSFORMS = {
 
 _catalogs: dict[tuple, Any] = {}
 _tables: dict[tuple, Any] = {}
+_namespaces: set[tuple] = set()  # (catalog key, namespace) this process created or found
 _lock = threading.RLock()
 
 
@@ -116,18 +117,16 @@ def create_table(config: CatalogConfig, identifier: str, schema: Schema, partiti
     """Create a table (and its namespace); if someone else created it meanwhile, load theirs."""
     catalog = get_catalog(config)
     namespace = identifier.rsplit(".", 1)[0]
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
-    except Exception:  # two tasks creating it at once: the loser sees a unique-key violation
-        if namespace not in {".".join(ns) for ns in catalog.list_namespaces()}:
-            raise
+    ensure_namespace(config, namespace)
     props = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
+    usable = [p for p in partition_by if _column_of(p) and _has(schema, _column_of(p))]
+    spec = parse_partition_spec(schema, usable) if usable else PartitionSpec()
     try:
-        usable = [p for p in partition_by if _column_of(p) and _has(schema, _column_of(p))]
-        spec = parse_partition_spec(schema, usable) if usable else PartitionSpec()
-        table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+        try:
+            table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+        except NoSuchNamespaceError:  # dropped since this process saw it
+            ensure_namespace(config, namespace, known=False)
+            table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
     except TableAlreadyExistsError:
         table = catalog.load_table(identifier)
     except Exception:  # a concurrent creation can also surface as a unique-key violation
@@ -137,6 +136,25 @@ def create_table(config: CatalogConfig, identifier: str, schema: Schema, partiti
     with _lock:
         _tables[(_key(config), identifier)] = table
     return table
+
+
+def ensure_namespace(config: CatalogConfig, namespace: str, known: bool = True) -> None:
+    """Create the namespace unless this process already saw it (`known=False`: ask the catalog again)."""
+    key = (_key(config), namespace)
+    with _lock:
+        if known and key in _namespaces:
+            return
+        _namespaces.discard(key)
+    catalog = get_catalog(config)
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    except Exception:  # two tasks creating it at once: the loser sees a unique-key violation
+        if namespace not in {".".join(ns) for ns in catalog.list_namespaces()}:
+            raise
+    with _lock:
+        _namespaces.add(key)
 
 
 def _column_of(spec: str) -> str | None:

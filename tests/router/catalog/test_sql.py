@@ -133,3 +133,74 @@ def test_a_sqlite_catalog_file_uses_write_ahead_logging(tmp_path):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     theirs = config.load().load_table("n.t")  # pyiceberg's own class reads the WAL-mode file too
     assert sorted(read_iceberg(theirs).column("id").to_pylist()) == [0, 1]
+
+
+class StatementCounter:
+    """Counts the SQL statements an engine runs (sqlalchemy's own event hook)."""
+
+    def __init__(self, engine):
+        from sqlalchemy import event
+
+        self.statements: list[str] = []
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, conn, cursor, statement, *args):
+        if not statement.lstrip().upper().startswith("PRAGMA"):
+            self.statements.append(statement)
+
+
+def test_created_tables_equal_pyiceberg_s_and_skip_the_repeated_lookups(catalog_config, unique_name):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import BucketTransform
+
+    ns = unique_name("n")
+    spec = PartitionSpec(PartitionField(1, 1000, BucketTransform(4), "id_bucket"))
+    props = {"format-version": "2", "owner": "router"}
+    catalog = get_catalog(catalog_config)
+    counter = StatementCounter(catalog.engine)
+    ours = create_table(catalog_config, f"{ns}.first", SCHEMA, partition_by=["bucket(4, id)"],
+                        properties={"owner": "router"})
+    theirs = catalog_config.load().create_table(f"{ns}.theirs", schema=SCHEMA, partition_spec=spec, properties=props)
+    for table in (ours,):
+        read_back = catalog_config.load().load_table(table.name())  # what pyiceberg reads from the catalog
+        assert read_back.metadata_location == table.metadata_location
+        assert read_back.metadata.model_dump() == table.metadata.model_dump()  # nothing differs from disk
+    assert ours.location() == theirs.location().replace("/theirs", "/first")
+    assert ours.schema() == theirs.schema() and ours.spec() == theirs.spec()
+
+    counter.statements.clear()
+    second = create_table(catalog_config, f"{ns}.second", SCHEMA)
+    # one INSERT: the namespace is known to this process and its location cached
+    assert [s.split()[0].upper() for s in counter.statements] == ["INSERT"]
+    second.append(rows(0, 3))
+    assert sorted(read_iceberg(catalog_config.load().load_table(f"{ns}.second")).column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_a_table_created_twice_raises_and_leaves_no_metadata_file(catalog_config, unique_name):
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    name = f"{unique_name('n')}.t"
+    table = create_table(catalog_config, name, SCHEMA)
+    before = metadata_files(table)
+    with pytest.raises(TableAlreadyExistsError, match=name):
+        get_catalog(catalog_config).create_table(name, schema=SCHEMA)
+    assert metadata_files(table) == before
+    assert create_table(catalog_config, name, SCHEMA).metadata_location == table.metadata_location  # theirs, loaded
+
+
+def test_namespace_location_changes_and_drops_are_seen(catalog_config, unique_name, tmp_path):
+    ns = unique_name("n")
+    catalog = get_catalog(catalog_config)
+    create_table(catalog_config, f"{ns}.a", SCHEMA)
+    elsewhere = (tmp_path / "elsewhere").as_uri()
+    catalog.update_namespace_properties(ns, updates={"location": elsewhere})
+    moved = create_table(catalog_config, f"{ns}.b", SCHEMA)
+    assert moved.location() == f"{elsewhere}/b"
+
+    # dropped and gone: the next creation makes the namespace again
+    for name in ("a", "b"):
+        catalog.drop_table(f"{ns}.{name}")
+    catalog.drop_namespace(ns)
+    again = create_table(catalog_config, f"{ns}.c", SCHEMA)
+    assert ns in {".".join(n) for n in catalog_config.load().list_namespaces()}
+    assert again.location().endswith(f"/{ns}/c") and not again.location().startswith(elsewhere)
