@@ -12,6 +12,15 @@ Produces the records (over topics x partitions), then measures:
   (c) optionally (b2) with one Spark task per topic-partition (no packing),
 and prints records/s and the ratios to (a). Without --bootstrap a local
 noida-db broker is started and stopped.
+
+    python scripts/bench_source.py --tail [--records 2000000] [--tail-partitions 150] [--json FILE]
+
+--tail: the reader alone (router/source/fetch.read_ranges, no Spark) over one
+task's share of a backlog (--tail-partitions partitions), reading its first,
+second, third and last quarter as four batches do, each quarter with the
+reader's consume() sizing and with a fixed 10,000 messages per call,
+alternating: wall and CPU seconds, and the Message objects consume() returned
+(a fetch brings the partition's tail past the range along).
 """
 
 from __future__ import annotations
@@ -112,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-bytes", type=int, default=500)
     ap.add_argument("--bootstrap")
     ap.add_argument("--no-unpacked", action="store_true", help="skip run (c), one task per topic-partition")
+    ap.add_argument("--tail", action="store_true", help="the reader alone over the quarters of a backlog")
+    ap.add_argument("--tail-partitions", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=3, help="--tail: repetitions of each measurement")
+    ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
 
     from router.devstack.broker import LocalBroker, client_config
@@ -126,10 +139,70 @@ def main(argv: list[str] | None = None) -> int:
         conf = client_config(broker.bootstrap)
     conf = {k: str(v) for k, v in conf.items()}
     try:
-        return run(args, conf)
+        return run_tail(args, conf) if args.tail else run(args, conf)
     finally:
         if broker is not None:
             broker.stop()
+
+
+def run_tail(args, conf: dict) -> int:
+    import json
+    import statistics
+    from pathlib import Path
+
+    import router.source.fetch as fetch
+    from router.source import KafkaSourceOptions
+    from router.source.offsets import Range
+
+    topics = [f"bench-tail-{i:03d}" for i in range(args.topics)]
+    per_partition = args.records // (args.topics * args.partitions)
+    print(f"producing {args.records:,} records of {args.value_bytes} B over {args.topics} topics x "
+          f"{args.partitions} partitions ...", flush=True)
+    produce(conf, topics, args.partitions, args.records, args.value_bytes)
+    time.sleep(10)  # the local broker snapshots what it was sent; let that finish first
+    share = [(t, p) for t in topics for p in range(args.partitions)][: args.tail_partitions]
+    options = KafkaSourceOptions(conf["bootstrap.servers"], topics=tuple(topics),
+                                 client_config={k: v for k, v in conf.items() if k != "bootstrap.servers"}).to_json()
+    returned = [0]
+    plain_next = fetch._next_messages
+
+    def counting(consumer, timeout, chunk=fetch.CONSUME_CHUNK):
+        messages = plain_next(consumer, timeout, chunk)
+        returned[0] += len(messages)
+        return messages
+
+    fetch._next_messages = counting
+    quarter = per_partition // 4
+    sized_min = fetch.MIN_CONSUME_CHUNK
+    runs: dict = {}
+    for q in range(4):
+        lo = q * quarter
+        ranges = [Range(t, p, lo, lo + quarter) for t, p in share]
+        for i in range(args.rounds):
+            sides = (("sized", sized_min), ("fixed_10000", fetch.CONSUME_CHUNK))
+            for label, minimum in sides[:: 1 if i % 2 else -1]:
+                fetch.MIN_CONSUME_CHUNK = minimum
+                returned[0] = 0
+                wall, cpu = time.perf_counter(), time.process_time()
+                rows = sum(b.num_rows for b in fetch.read_ranges(options, ranges))
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                assert rows == quarter * len(share), f"read {rows} of {quarter * len(share)}"
+                runs.setdefault(f"q{q + 1}", {}).setdefault(label, []).append(
+                    {"wall_s": wall, "cpu_s": cpu, "messages": returned[0]})
+    fetch.MIN_CONSUME_CHUNK = sized_min
+    result = {"benchmark": "source_tail", "records": args.records, "partitions_read": len(share),
+              "records_per_partition": per_partition, "records_per_read": quarter * len(share), "quarters": {}}
+    for q, sides in runs.items():
+        out = {label: {k: round(statistics.median(r[k] for r in rs), 3) for k in ("wall_s", "cpu_s", "messages")}
+               for label, rs in sides.items()}
+        out["cpu_ratio"] = round(out["fixed_10000"]["cpu_s"] / out["sized"]["cpu_s"], 2)
+        out["wall_ratio"] = round(out["fixed_10000"]["wall_s"] / out["sized"]["wall_s"], 2)
+        result["quarters"][q] = out
+        print(f"{q}: sized {out['sized']} fixed {out['fixed_10000']} cpu x{out['cpu_ratio']} "
+              f"wall x{out['wall_ratio']}", flush=True)
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(result, indent=1))
+    return 0
 
 
 def run(args, conf: dict) -> int:

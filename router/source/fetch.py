@@ -41,7 +41,14 @@ CONSUMER_DEFAULTS = {
 }
 
 BATCH_ROWS = 16384
+#: Messages asked for per consume() call: no more than the ranges still need per unfinished partition
+#: on average, within [MIN_CONSUME_CHUNK, CONSUME_CHUNK]. A fetch brings a partition's records past
+#: `until` too (up to max.partition.fetch.bytes; the local broker sends the whole tail), and they become
+#: Python objects only when one call reaches past the end: pausing the partition drops the rest
+#: inside librdkafka. Reading the first quarter of a backlog took 4x the Message objects with a
+#: fixed 10,000 (scripts/bench_source.py --tail).
 CONSUME_CHUNK = 10000
+MIN_CONSUME_CHUNK = 100
 
 _CONSUMERS: dict[str, Consumer] = {}
 _LOCK = threading.Lock()
@@ -84,7 +91,7 @@ class _Cursor:
     range: Range
     seen_first: bool = False
     done: bool = False
-    paused: bool = False
+    accepted: int = 0
 
     def __post_init__(self) -> None:
         self.from_offset = self.range.from_offset
@@ -158,13 +165,13 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
         consumer.unassign()
 
 
-def _next_messages(consumer: Consumer, timeout: float) -> list:
-    """What is already fetched, else wait for the first message only.
+def _next_messages(consumer: Consumer, timeout: float, chunk: int = CONSUME_CHUNK) -> list:
+    """What is already fetched (up to ``chunk``), else wait for the first message only.
 
     ``consume(n, timeout)`` blocks until ``n`` messages or the timeout, which
     would cost a full timeout at the tail of every task.
     """
-    messages = consumer.consume(CONSUME_CHUNK, 0)
+    messages = consumer.consume(chunk, 0)
     if messages:
         return messages
     msg = consumer.poll(timeout)
@@ -177,10 +184,13 @@ def _consume(
     builder = _BatchBuilder(options.include_headers, options.null_empty_headers)
     accepted = builder.messages
     pending = len(cursors)
+    remaining = sum(c.range.count for c in cursors.values())  # records the unfinished ranges may still hold
+    finished: list[_Cursor] = []
     idle = 0
     while pending:
         progressed = False
-        for msg in _next_messages(consumer, options.poll_timeout):
+        chunk = max(MIN_CONSUME_CHUNK, min(CONSUME_CHUNK, remaining // pending))
+        for msg in _next_messages(consumer, options.poll_timeout, chunk):
             cur = cursors.get((msg.topic(), msg.partition()))
             if cur is None or cur.done:
                 continue
@@ -190,6 +200,8 @@ def _consume(
                     # end of partition before `until`: the rest were markers or compacted
                     cur.done = progressed = True
                     pending -= 1
+                    remaining -= cur.range.count - cur.accepted
+                    finished.append(cur)
                     continue
                 if err.fatal() or not err.retriable():
                     raise BrokerError(f"broker error: {err.str()}", topic=msg.topic(), partition=msg.partition())
@@ -204,9 +216,13 @@ def _consume(
                 continue
             if offset < cur.until:
                 accepted.append(msg)
+                cur.accepted += 1
+                remaining -= 1
             if offset >= cur.last:
                 cur.done = True
                 pending -= 1
+                remaining -= cur.range.count - cur.accepted
+                finished.append(cur)
         if not progressed:
             idle += 1
             if idle >= options.max_idle_polls:
@@ -222,12 +238,13 @@ def _consume(
         if len(accepted) >= BATCH_ROWS:
             yield builder.flush()
             accepted = builder.messages
-        # stop fetching partitions that are finished
-        finished = [TopicPartition(t, p) for (t, p), c in cursors.items() if c.done and not c.paused]
+        # stop fetching partitions that are finished (and drop what librdkafka holds of them)
         if finished and pending:
-            consumer.pause(finished)
-            paused.extend(finished)
-            for tp in finished:
-                cursors[(tp.topic, tp.partition)].paused = True
+            tps = [TopicPartition(c.range.topic, c.range.partition) for c in finished]
+            consumer.pause(tps)
+            paused.extend(tps)
+            for c in finished:
+                c.paused = True
+        finished = []
     if accepted:
         yield builder.flush()

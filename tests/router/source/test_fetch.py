@@ -138,3 +138,33 @@ class socket_closed_port:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def test_reading_the_head_of_a_backlog_leaves_the_tail_inside_librdkafka(kafka_bootstrap, kafka_client_config, uid,
+                                                                        monkeypatch):
+    """A fetch brings each partition's records past the range along; only what the ranges need may
+    become Python messages (a fixed 10,000 per consume() call turned the whole tail into objects)."""
+    import router.source.fetch as fetch
+
+    topics = [f"tail-{uid}-{i}" for i in range(4)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 3)
+    produce(kafka_bootstrap, kafka_client_config, topics, 3, 400)
+    returned = []
+    plain = fetch._next_messages
+
+    def counting(*args):
+        messages = plain(*args)
+        returned.append(len(messages))
+        return messages
+
+    monkeypatch.setattr(fetch, "_next_messages", counting)
+    opts = _opts(kafka_bootstrap, kafka_client_config, topics)
+    ranges = [Range(t, p, 0, 100) for t in topics for p in range(3)]
+    rows = _rows(opts, ranges)
+    assert sorted((r["topic"], r["partition"], r["offset"]) for r in rows) == \
+        sorted((r.topic, r.partition, o) for r in ranges for o in range(100))
+    assert sum(returned) < 2 * len(rows), returned  # the 300-record tails stayed in librdkafka
+
+    returned.clear()  # and the next range of the same partitions starts where the last stopped
+    rows = _rows(opts, [Range(t, p, 100, 400) for t in topics for p in range(3)])
+    assert len(rows) == 12 * 300 and {r["offset"] for r in rows} == set(range(100, 400))
