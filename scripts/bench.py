@@ -65,6 +65,9 @@ def parse_args(argv):
     ap.add_argument("--trigger", type=float, help="trigger seconds: freshness (default 10), soak (default 1)")
     ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
     ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
+    ap.add_argument("--nice-load", type=int, default=0,
+                    help="soak: run the broker and the producer at this nice value (a diagnostic: in production "
+                         "they are machines of their own; the default 0 is the measurement)")
     ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
                     help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
     ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")

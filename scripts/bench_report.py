@@ -119,6 +119,14 @@ def _drift(d: dict | None, unit: str, scale: float = 1.0, digits: int = 1) -> st
             f"{d['last'] * scale:.{digits}f} {unit}: x{d['ratio'] if d['ratio'] is not None else float('nan'):.2f}")
 
 
+def _retried(r: dict | None) -> str:
+    if not r:
+        return "not recorded"
+    d = r["drift"]
+    per_batch = f"; per batch, first {d['n']} {d['first']:.1f}, last {d['n']} {d['last']:.1f}" if d else ""
+    return f"{r['total']:,} in all (to another committer, compaction above all){per_batch}"
+
+
 def _compaction(m: dict) -> str:
     """The job's background compaction totals (housekeeping.BackgroundMaintenance.totals)."""
     return (f"  background compaction           {m['runs']} runs ({m['failed']} failed), "
@@ -155,6 +163,7 @@ def render_soak(r: dict) -> list[str]:
              f"  driver commit phase             {_drift(r['commit_phase_drift'], 's', digits=3)}",
              f"  batch total                     {_drift(r['batch_drift'], 's', digits=3)}",
              f"  dead-letter table commit        {_drift(r['dlq_commit_drift'], 'ms')}",
+             f"  commits that lost a swap        {_retried(r.get('retried_commits'))}",
              f"  snapshots per table at the end  mean {s['mean']} (min {s['min']}, max {s['max']}, "
              f"{s['tables']} tables); dead-letter table {r['dlq_snapshots_at_end']['max']}",
              f"  peak RSS                        {_memory(r['memory_peak_mb'])}",

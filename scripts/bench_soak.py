@@ -17,6 +17,7 @@ be the job's own cost growing or another process taking the cores.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import statistics
 import time
 from pathlib import Path
@@ -50,10 +51,12 @@ def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
     """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
     by_batch: dict[int, list[float]] = {}
     cpu_by_batch: dict[int, list[float]] = {}
+    retried: dict[int, int] = {}  # commits that lost a swap to another committer (compaction) and went again
     for c in commits:
         if c.status == "committed" and c.table not in skip:
             by_batch.setdefault(c.batch_id, []).append(c.seconds * 1000)
             cpu_by_batch.setdefault(c.batch_id, []).append(c.cpu_seconds * 1000)
+            retried[c.batch_id] = retried.get(c.batch_id, 0) + (c.attempts > 1)
     rows = []
     for b in batches:
         mine, cpu = by_batch.get(b.batch_id, []), cpu_by_batch.get(b.batch_id, [])
@@ -63,7 +66,7 @@ def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
                      "table_ms": [round(v, 2) for v in mine],
                      "table_cpu_mean_ms": round(statistics.mean(cpu), 2) if cpu else None,
                      "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
-                     "total_s": round(s.total_seconds, 4), "lag": s.lag})
+                     "total_s": round(s.total_seconds, 4), "lag": s.lag, "retried": retried.get(b.batch_id, 0)})
     return rows
 
 
@@ -106,6 +109,12 @@ def snapshot_counts(catalog, tables: list[str]) -> dict:
             "min": min(values, default=0), "max": max(values, default=0)}
 
 
+def niced_produce(nice: int, *args) -> None:
+    """The steady producer at a lower CPU priority (`--nice-load`)."""
+    os.nice(nice)
+    data.produce_steady(*args)
+
+
 def run_soak(args, stack, root: Path) -> dict:
     from bench import NAMESPACE, job_config, load_average
     from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second
@@ -137,8 +146,14 @@ def run_soak(args, stack, root: Path) -> dict:
     query, dispatcher = start_query(spark, config, make_dispatcher=RecordingDispatcher, listeners=[show])
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
-    producer = ctx.Process(target=data.produce_steady, name="bench-soak-producer",
-                           args=(stack.conf, ids, 1, args.rate, 10 * 86400, pool, None, stop))
+    produce_args = (stack.conf, ids, 1, args.rate, 10 * 86400, pool, None, stop)
+    if args.nice_load:  # the broker and the producer yield the cores to the job (a diagnostic)
+        for tid in os.listdir(f"/proc/{stack.broker.pid}/task"):  # Linux nice values are per thread
+            os.setpriority(os.PRIO_PROCESS, int(tid), args.nice_load)
+        result["nice_load"] = args.nice_load
+    producer = ctx.Process(target=niced_produce if args.nice_load else data.produce_steady,
+                           args=((args.nice_load,) if args.nice_load else ()) + produce_args,
+                           name="bench-soak-producer")
     t0 = time.time()
     # a stuck job must not hang the run for ever: ~20x the time the batches should take
     deadline = time.monotonic() + max(600.0, 20 * args.batches * args.trigger)
@@ -185,6 +200,8 @@ def run_soak(args, stack, root: Path) -> dict:
     result["commit_cpu_drift"] = first_last([r["table_cpu_mean_ms"] for r in steady])
     result["commit_phase_drift"] = first_last([r["commit_s"] for r in steady])
     result["batch_drift"] = first_last([r["total_s"] for r in steady])
+    result["retried_commits"] = {"total": sum(r["retried"] for r in steady),
+                                 "drift": first_last([r["retried"] for r in steady])}
     dlq = [c.seconds * 1000 for c in dispatcher.commits if c.table in skip and c.status == "committed"]
     result["dlq_commit_drift"] = first_last(dlq[1:])
     result["timeline"] = timeline(rows[1:])

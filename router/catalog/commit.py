@@ -163,7 +163,9 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             last_error = exc
         except Exception as exc:  # catalog unreachable, I/O errors: retry, then report
             last_error = exc
-        if attempt < retries:
+        if attempt < retries and not (attempt == 0 and isinstance(last_error, CommitFailedException)):
+            # a first lost swap means another committer just landed: refresh and go again at once;
+            # repeated losses (several committers of one table) and failures back off
             backoff(attempt, base=0.1, cap=8.0)
     if outcome.status == "failed":
         outcome.error = f"{type(last_error).__name__}: {last_error}"

@@ -150,3 +150,40 @@ def test_processes_committing_one_table_each_commit_exactly_once(catalog_config,
     again = result_for(catalog_config, table_id, "t/1", 20, 4)
     assert commit_table(catalog_config, again, JOB, 9).status == "skipped"
     assert read_iceberg(load_table(catalog_config, table_id, refresh=True)).num_rows == 48
+
+
+def test_a_lost_swap_is_retried_at_once_and_repeated_losses_back_off(catalog_config, unique_name, monkeypatch):
+    """Another committer landing first (compaction, another task of a fan-in table) costs a refresh,
+    not a sleep; a second loss in a row backs off. Nothing is appended twice either way."""
+    import router.catalog.commit as commit
+
+    name = f"{unique_name('n')}.t"
+    create_table(catalog_config, name, SCHEMA)
+    waits: list[int] = []
+    monkeypatch.setattr(commit, "backoff", lambda attempt, **kw: waits.append(attempt))
+
+    def land_elsewhere(first: int) -> None:
+        """Another process's handle commits, so the cached handle of this process is stale."""
+        other = catalog_config.load().load_table(name)
+        other.append(pa.table({"id": pa.array([first], pa.int64()), "body": pa.array(["elsewhere"])}))
+
+    mine = result_for(catalog_config, name, "t/0", 0, 5)
+    land_elsewhere(100)
+    outcome = commit_table(catalog_config, mine, JOB, 0)
+    assert (outcome.status, outcome.attempts, waits) == ("committed", 2, [])
+
+    mine = result_for(catalog_config, name, "t/0", 5, 5)
+    landings = iter([200, 300])
+    real_load = commit.load_table
+
+    def load_then_lose(config, identifier, refresh=False):
+        table = real_load(config, identifier, refresh=refresh)
+        first = next(landings, None)
+        if first is not None:  # someone lands between this refresh and the swap, twice
+            land_elsewhere(first)
+        return table
+
+    monkeypatch.setattr(commit, "load_table", load_then_lose)
+    outcome = commit_table(catalog_config, mine, JOB, 1)
+    assert (outcome.status, outcome.attempts, waits) == ("committed", 3, [1])
+    assert ids_in(catalog_config, name) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 200, 300]
