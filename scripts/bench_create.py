@@ -15,7 +15,6 @@ median / mean / p95 ms per table, the ratio, and the SQL statements per table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -90,11 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--namespaces", type=int, default=2)
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
-    result = run(args.tables, args.namespaces)
-    print(json.dumps(result, indent=1))
-    if args.json_file:
-        Path(args.json_file).write_text(json.dumps(result, indent=1))
-    return 0
+    from bench_report import emit
+
+    return emit(run(args.tables, args.namespaces), args.json_file)
 
 
 if __name__ == "__main__":

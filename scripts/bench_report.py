@@ -13,6 +13,17 @@ BATCH_COLUMNS = (("batch", "{:>5}"), ("records", "{:>9,}"), ("tables", "{:>6}"),
                  ("commit_work_s", "{:>13.2f}"), ("total_s", "{:>7.2f}"), ("tables_per_s", "{:>12.1f}"))
 
 
+def emit(result: dict, json_file: str | None) -> int:
+    """The stand-alone benchmark scripts' ending: the result printed as JSON, and written to `json_file`."""
+    import json
+    from pathlib import Path
+
+    print(json.dumps(result, indent=1))
+    if json_file:
+        Path(json_file).write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 

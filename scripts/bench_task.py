@@ -20,7 +20,6 @@ import argparse
 import cProfile
 import datetime as dt
 import io
-import json
 import pickle
 import pstats
 import statistics
@@ -118,11 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
-    result = run(args.records, args.topics, args.rounds, args.profile)
-    print(json.dumps(result, indent=1))
-    if args.json_file:
-        Path(args.json_file).write_text(json.dumps(result, indent=1))
-    return 0
+    from bench_report import emit
+
+    return emit(run(args.records, args.topics, args.rounds, args.profile), args.json_file)
 
 
 if __name__ == "__main__":
