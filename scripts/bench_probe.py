@@ -212,6 +212,7 @@ class CommitRecord:
     expired: int = 0
     where: str = "driver"  # which side committed it: driver | task
     cpu_seconds: float = 0.0  # the committing thread's CPU time (seconds is wall time, load included)
+    attempts: int = 1  # more than one: the commit lost a swap to another committer (or failed) and went again
 
 
 @dataclass
@@ -249,7 +250,7 @@ class RecordingDispatcher(Dispatcher):
         super().__call__(df, batch_id)
         done = time.time()
         self.commits += [CommitRecord(batch_id, o.table, o.status, o.seconds, o.committed_at or done, o.expired,
-                                      o.where, o.cpu_seconds) for o in self.last_outcomes]
+                                      o.where, o.cpu_seconds, o.attempts) for o in self.last_outcomes]
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 
 
