@@ -212,6 +212,7 @@ class CommitRecord:
     expired: int = 0
     where: str = "driver"  # which side committed it: driver | task
     cpu_seconds: float = 0.0  # the committing thread's CPU time (seconds is wall time, load included)
+    process_cpu_seconds: float = 0.0  # adds pyiceberg's manifest-writing threads (router/catalog/commit.py)
     attempts: int = 1  # more than one: the commit lost a swap to another committer (or failed) and went again
 
 
@@ -250,7 +251,8 @@ class RecordingDispatcher(Dispatcher):
         super().__call__(df, batch_id)
         done = time.time()
         self.commits += [CommitRecord(batch_id, o.table, o.status, o.seconds, o.committed_at or done, o.expired,
-                                      o.where, o.cpu_seconds, o.attempts) for o in self.last_outcomes]
+                                      o.where, o.cpu_seconds, o.process_cpu_seconds, o.attempts)
+                         for o in self.last_outcomes]
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 
 

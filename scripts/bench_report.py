@@ -171,6 +171,8 @@ def render_soak(r: dict) -> list[str]:
              f"{TARGETS['commit_drift']}: {_verdict(_within(r.get('commit_median_drift')))}",
              f"  per-table commit, CPU time      {_drift(r.get('commit_cpu_drift'), 'ms')}  (the commit's own "
              "work; wall time above adds waiting for a core)",
+             f"  same, with pyiceberg's threads  {_drift(r.get('commit_process_cpu_drift'), 'ms')}  (the task "
+             "process's CPU time during the commit: adds manifest writing on pyiceberg's thread pool)",
              f"  driver commit phase             {_drift(r['commit_phase_drift'], 's', digits=3)}",
              f"  batch total                     {_drift(r['batch_drift'], 's', digits=3)}",
              f"  dead-letter table commit        {_drift(r['dlq_commit_drift'], 'ms')}",

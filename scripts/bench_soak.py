@@ -51,11 +51,13 @@ def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
     """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
     by_batch: dict[int, list[float]] = {}
     cpu_by_batch: dict[int, list[float]] = {}
+    process_cpu: dict[int, list[float]] = {}
     retried: dict[int, int] = {}  # commits that lost a swap to another committer (compaction) and went again
     for c in commits:
         if c.status == "committed" and c.table not in skip:
             by_batch.setdefault(c.batch_id, []).append(c.seconds * 1000)
             cpu_by_batch.setdefault(c.batch_id, []).append(c.cpu_seconds * 1000)
+            process_cpu.setdefault(c.batch_id, []).append(c.process_cpu_seconds * 1000)
             retried[c.batch_id] = retried.get(c.batch_id, 0) + (c.attempts > 1)
     rows = []
     for b in batches:
@@ -65,6 +67,8 @@ def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
                      "tables": s.tables_committed, "table_mean_ms": round(statistics.mean(mine), 2) if mine else None,
                      "table_ms": [round(v, 2) for v in mine],
                      "table_cpu_mean_ms": round(statistics.mean(cpu), 2) if cpu else None,
+                     "table_process_cpu_mean_ms": round(statistics.mean(process_cpu[b.batch_id]), 2)
+                     if process_cpu.get(b.batch_id) else None,
                      "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
                      "total_s": round(s.total_seconds, 4), "lag": s.lag, "retried": retried.get(b.batch_id, 0)})
     return rows
@@ -198,6 +202,7 @@ def run_soak(args, stack, root: Path) -> dict:
     result["commit_median_drift"] = median_first_last([r["table_ms"] for r in steady])
     # the commits' own CPU time: flat while wall time grows means the machine, not the commit, got slower
     result["commit_cpu_drift"] = first_last([r["table_cpu_mean_ms"] for r in steady])
+    result["commit_process_cpu_drift"] = first_last([r["table_process_cpu_mean_ms"] for r in steady])
     result["commit_phase_drift"] = first_last([r["commit_s"] for r in steady])
     result["batch_drift"] = first_last([r["total_s"] for r in steady])
     result["retried_commits"] = {"total": sum(r["retried"] for r in steady),

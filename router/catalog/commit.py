@@ -44,6 +44,9 @@ class CommitOutcome:
     attempts: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # the committing thread's CPU time: the commit's own cost, apart from the machine's load
+    # the process's CPU time meanwhile: adds pyiceberg's manifest writing on its thread pool (in a task the
+    # commit is all the process does; on the driver, parallel commits share it)
+    process_cpu_seconds: float = 0.0
     snapshot_id: int | None = None
     error: str | None = None
     transient: bool = False  # the error may heal by waiting (catalog unreachable), see router/exceptions.py
@@ -114,7 +117,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                  maintenance: MaintenanceConfig | None = None, drill: tuple[str, int] | None = None,
                  where: str = "driver") -> CommitOutcome:
     """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
-    started, cpu_started = time.perf_counter(), time.thread_time()
+    started, cpu_started, process_started = time.perf_counter(), time.thread_time(), time.process_time()
     outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where,
                             offsets=dict(result.offsets))
     if not result.data_files and not result.settled:
@@ -172,4 +175,5 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         outcome.transient = is_transient(last_error)
     outcome.seconds = time.perf_counter() - started
     outcome.cpu_seconds = time.thread_time() - cpu_started
+    outcome.process_cpu_seconds = time.process_time() - process_started
     return outcome
