@@ -47,30 +47,30 @@ def median_first_last(per_batch: list[list[float]], n: int = 10) -> dict | None:
     return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
 
 
+def _mean_ms(values: list[float]) -> float | None:
+    return round(statistics.mean(values), 2) if values else None
+
+
 def per_batch_rows(batches, commits, skip: set, t0: float) -> list[dict]:
     """One row per batch: records, committed tables, mean/max per-table commit (ms), commit phase, total."""
-    by_batch: dict[int, list[float]] = {}
-    cpu_by_batch: dict[int, list[float]] = {}
-    process_cpu: dict[int, list[float]] = {}
-    retried: dict[int, int] = {}  # commits that lost a swap to another committer (compaction) and went again
+    by_batch: dict[int, list] = {}
     for c in commits:
         if c.status == "committed" and c.table not in skip:
-            by_batch.setdefault(c.batch_id, []).append(c.seconds * 1000)
-            cpu_by_batch.setdefault(c.batch_id, []).append(c.cpu_seconds * 1000)
-            process_cpu.setdefault(c.batch_id, []).append(c.process_cpu_seconds * 1000)
-            retried[c.batch_id] = retried.get(c.batch_id, 0) + (c.attempts > 1)
+            by_batch.setdefault(c.batch_id, []).append(c)
     rows = []
     for b in batches:
-        mine, cpu = by_batch.get(b.batch_id, []), cpu_by_batch.get(b.batch_id, [])
+        mine = by_batch.get(b.batch_id, [])
+        wall = [c.seconds * 1000 for c in mine]
         s = b.stats
         rows.append({"batch": b.batch_id, "t": round(b.ended - t0, 1), "records": s.records,
-                     "tables": s.tables_committed, "table_mean_ms": round(statistics.mean(mine), 2) if mine else None,
-                     "table_ms": [round(v, 2) for v in mine],
-                     "table_cpu_mean_ms": round(statistics.mean(cpu), 2) if cpu else None,
-                     "table_process_cpu_mean_ms": round(statistics.mean(process_cpu[b.batch_id]), 2)
-                     if process_cpu.get(b.batch_id) else None,
-                     "table_max_ms": round(max(mine), 2) if mine else None, "commit_s": round(s.commit_seconds, 4),
-                     "total_s": round(s.total_seconds, 4), "lag": s.lag, "retried": retried.get(b.batch_id, 0)})
+                     "tables": s.tables_committed, "table_mean_ms": _mean_ms(wall),
+                     "table_ms": [round(v, 2) for v in wall],
+                     "table_cpu_mean_ms": _mean_ms([c.cpu_seconds * 1000 for c in mine]),
+                     "table_process_cpu_mean_ms": _mean_ms([c.process_cpu_seconds * 1000 for c in mine]),
+                     "table_max_ms": round(max(wall), 2) if wall else None, "commit_s": round(s.commit_seconds, 4),
+                     "total_s": round(s.total_seconds, 4), "lag": s.lag,
+                     # commits that lost a swap to another committer (compaction) and went again
+                     "retried": sum(c.attempts > 1 for c in mine)})
     return rows
 
 
@@ -114,7 +114,7 @@ def snapshot_counts(catalog, tables: list[str]) -> dict:
 
 
 def niced_produce(nice: int, *args) -> None:
-    """The steady producer at a lower CPU priority (`--nice-load`)."""
+    """The steady producer, at a lower CPU priority with `--nice-load` (0: unchanged)."""
     os.nice(nice)
     data.produce_steady(*args)
 
@@ -155,9 +155,7 @@ def run_soak(args, stack, root: Path) -> dict:
         for tid in os.listdir(f"/proc/{stack.broker.pid}/task"):  # Linux nice values are per thread
             os.setpriority(os.PRIO_PROCESS, int(tid), args.nice_load)
         result["nice_load"] = args.nice_load
-    producer = ctx.Process(target=niced_produce if args.nice_load else data.produce_steady,
-                           args=((args.nice_load,) if args.nice_load else ()) + produce_args,
-                           name="bench-soak-producer")
+    producer = ctx.Process(target=niced_produce, args=(args.nice_load,) + produce_args, name="bench-soak-producer")
     t0 = time.time()
     # a stuck job must not hang the run for ever: ~20x the time the batches should take
     deadline = time.monotonic() + max(600.0, 20 * args.batches * args.trigger)

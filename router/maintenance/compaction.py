@@ -178,13 +178,13 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buf
                 writer.write(batch)
         writer.close()
     except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
-        _delete(table, writer.abort())
+        delete_quietly(table.io, writer.abort())
         raise CompactionConflict(f"a planned file vanished: {exc}", table=_name(table)) from None
     except BaseException:
-        _delete(table, writer.abort())
+        delete_quietly(table.io, writer.abort())
         raise
     if writer.rows != group.input_rows:
-        _delete(table, writer.paths)
+        delete_quietly(table.io, writer.paths)
         raise MaintenanceError("rows read differ from the manifests", table=_name(table),
                                partition=group.partition_path, expected=group.input_rows, read=writer.rows)
     return writer
@@ -210,12 +210,12 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
         if sum(f.record_count for f in new) != sum(f.record_count for f in old):
             raise MaintenanceError("rewritten files do not hold the same number of rows", table=_name(table))
     except BaseException:
-        _delete(table, [f.file_path for f in new])
+        delete_quietly(table.io, [f.file_path for f in new])
         raise
     try:
         result.snapshot_id, result.attempts = _commit_replace(table, old, new, spec_id, attempts)
     except MaintenanceError:  # the commit did not land, so the new files are referenced by nothing
-        _delete(table, [f.file_path for f in new])
+        delete_quietly(table.io, [f.file_path for f in new])
         raise
     result.files_removed, result.files_added = len(old), len(new)
     result.bytes_removed = sum(f.file_size_in_bytes for f in old)
@@ -260,11 +260,7 @@ def _drop_intermediate_manifests(table, producer: _ReplaceFiles) -> None:
     snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
     if snapshot is not None:
         kept = {m.manifest_path for m in snapshot.manifests(table.io)}
-        _delete(table, [p for p in producer._written_manifests if p not in kept])
-
-
-def _delete(table, paths: Iterable[str]) -> None:
-    delete_quietly(table.io, paths)
+        delete_quietly(table.io, [p for p in producer._written_manifests if p not in kept])
 
 
 def _name(table) -> str:

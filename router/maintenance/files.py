@@ -16,9 +16,9 @@ from urllib.parse import urlparse
 
 from pyarrow.fs import FileSelector
 
-from router.catalog import expire_snapshots
+from router.catalog import delete_quietly, expire_snapshots
 from router.exceptions import MaintenanceError, UnsupportedLocation
-from router.maintenance.compaction import LOCAL_SCHEMES, _delete, _name
+from router.maintenance.compaction import LOCAL_SCHEMES, _name
 
 
 
@@ -54,7 +54,7 @@ def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool =
     if expired and delete_files:
         table.refresh()
         result.deleted_files = sorted(before - reachable_files(table))
-        _delete(table, result.deleted_files)
+        delete_quietly(table.io, result.deleted_files)
     return result
 
 
@@ -66,7 +66,7 @@ def delete_unreferenced(table, paths: set[str]) -> tuple[list[str], set[str]]:
         return [], set()
     still = paths & reachable_files(table)
     deleted = sorted(paths - still)
-    _delete(table, deleted)
+    delete_quietly(table.io, deleted)
     return deleted, still
 
 
