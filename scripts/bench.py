@@ -65,6 +65,9 @@ def parse_args(argv):
     ap.add_argument("--trigger", type=float, help="trigger seconds: freshness (default 10), soak (default 1)")
     ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
     ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
+    ap.add_argument("--broker-retention", type=float, default=30.0,
+                    help="soak: delete records older than this many seconds, as Kafka's retention.ms would "
+                         "(the local broker ignores it and its CPU grows with what it holds; 0: keep all)")
     ap.add_argument("--nice-load", type=int, default=0,
                     help="soak: run the broker and the producer at this nice value (a diagnostic: in production "
                          "they are machines of their own; the default 0 is the measurement)")
@@ -195,7 +198,7 @@ def batch_rows(batches, cores: int = 2) -> list[dict]:
 
 def run_throughput(args, stack: Stack, root: Path) -> dict:
     from bench_baseline import run_baseline
-    from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
+    from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second, data_file_stats
     from router.driver.job import build_spark, start_query
     from router.source import KafkaSourceOptions
 
@@ -219,9 +222,12 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        cpu = CpuSampler()
+        before = cpu.sample()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             raw = pool.submit(data.raw_consume, stack.conf, topics, args.partitions, args.records).result()
-        result["ceiling"] = {"seconds": round(raw, 3), "records_per_s": round(args.records / raw)}
+        result["ceiling"] = {"seconds": round(raw, 3), "records_per_s": round(args.records / raw),
+                             "cores": cpu_per_second(before, cpu.sample())}
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
     spark = build_spark(config)
@@ -235,11 +241,14 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
         from bench_profile import Profiler
 
         profiler = Profiler(Path(args.profile)).start()
+    cpu = CpuSampler()
+    cpu_before = cpu.sample()
     t_start = time.time()
     query, dispatcher = start_query(spark, config, available_now=True, make_dispatcher=RecordingDispatcher,
                                     listeners=[lambda s: print("  " + s.line(), flush=True)])
     query.awaitTermination()
     t_end = time.time()
+    result["cores"] = cpu_per_second(cpu_before, cpu.sample())  # who took the 2 cores while the job ran
     if profiler is not None:
         result["profile"] = profiler.stop()
     if query.exception() is not None:
