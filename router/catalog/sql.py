@@ -11,7 +11,14 @@ pyiceberg's own path, so the result is what pyiceberg alone would have done.
 
 A file SQLite catalog is switched to write-ahead logging: the tasks of every
 worker process commit into it at once, and in rollback-journal mode each commit
-locks out readers and costs several fsyncs.
+locks out readers and costs several fsyncs. Its connections run with
+`synchronous=NORMAL` (SQLITE_CONNECTION_PRAGMAS), SQLite's advice for WAL: a
+commit no longer waits for an fsync of the log, which on a disk shared with a
+broker or compaction writing waits behind their dirty pages (p99 0.4 ms -> 30 ms
+under the local broker's store rewrites). The file stays consistent; a power
+loss may drop the last commits, and a table then rolls back together with the
+offsets it stores (router/progress.py), so the job reads those records again
+and writes them once.
 
 `current_location` answers "did the table move?" with one query, so refreshing a
 cached table that nobody else committed costs no metadata read.
@@ -46,7 +53,7 @@ from pyiceberg.table.update import (  # pinned pyiceberg 0.12 (tests/router/cata
 from pyiceberg.utils.datetime import datetime_to_millis
 from pyiceberg.utils.properties import property_as_bool
 from pyiceberg.typedef import EMPTY_DICT
-from sqlalchemy import insert, select, update
+from sqlalchemy import event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from router.catalog.tables import delete_quietly
@@ -80,12 +87,25 @@ def apply_updates(base, updates, metadata_location: str):
     return metadata
 
 
+#: Set on every connection to a file SQLite catalog (per connection, unlike journal_mode).
+SQLITE_CONNECTION_PRAGMAS = ("PRAGMA synchronous=NORMAL",)
+
+
+def _on_sqlite_connect(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    for pragma in SQLITE_CONNECTION_PRAGMAS:
+        cursor.execute(pragma)
+    cursor.close()
+
+
 class SqlCatalog(_PyicebergSqlCatalog):
     """See the module docstring; created by `router.catalog.get_catalog` for `type: sql`."""
 
     def __init__(self, name: str, **properties: str):
         super().__init__(name, **properties)
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
+            event.listen(self.engine, "connect", _on_sqlite_connect)
+            self.engine.dispose()  # connections pooled while pyiceberg created its tables lack the pragmas
             with self.engine.connect() as conn:  # persistent in the file; a no-op once set
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
         self._namespace_locations: TTLCache = TTLCache(maxsize=4096, ttl=NAMESPACE_TTL_SECONDS)

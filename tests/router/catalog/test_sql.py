@@ -123,7 +123,7 @@ def test_refresh_reads_metadata_only_when_the_table_moved(catalog_config, unique
     assert get_catalog(catalog_config).current_location(f"{name}_missing") is None
 
 
-def test_a_sqlite_catalog_file_uses_write_ahead_logging(tmp_path):
+def test_a_sqlite_catalog_file_uses_write_ahead_logging_without_an_fsync_per_commit(tmp_path):
     import sqlite3
 
     config = CatalogConfig("wal", {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}",
@@ -131,6 +131,11 @@ def test_a_sqlite_catalog_file_uses_write_ahead_logging(tmp_path):
     create_table(config, "n.t", SCHEMA).append(rows(0, 2))
     with sqlite3.connect(tmp_path / "c.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    engine = get_catalog(config).engine
+    engine.dispose()
+    for _ in range(2):  # a new connection, then one from the pool: both skip the fsync per commit
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL (FULL is 2)
     theirs = config.load().load_table("n.t")  # pyiceberg's own class reads the WAL-mode file too
     assert sorted(read_iceberg(theirs).column("id").to_pylist()) == [0, 1]
 
