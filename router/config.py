@@ -168,9 +168,6 @@ class MaintenanceConfig:
     compact_interval_seconds: int = 900  # per table, in a background thread of the job
     # ... and sooner once this many data files were committed to the table since its last run (0: never)
     compact_after_files: int = 100
-    # the background thread's CPU priority below the job's (Linux nice increment, 0..19): compaction yields
-    # the cores to the batches' own work (0: same priority)
-    background_nice: int = 10
 
 
 @dataclass(frozen=True)
@@ -432,12 +429,9 @@ def _maintenance(data: Any) -> MaintenanceConfig:
     s = _Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
                                        "max_snapshot_age_seconds", "target_file_size_bytes",
                                        "orphan_min_age_seconds", "compact_interval_seconds",
-                                       "compact_after_files", "background_nice"))
+                                       "compact_after_files"))
     d = MaintenanceConfig()
-    nice = s.non_negative("background_nice", d.background_nice)
-    if nice > 19:
-        raise ConfigError(f"maintenance.background_nice: must be 0..19, got {nice!r}")
     return MaintenanceConfig(*(s.positive(k, getattr(d, k)) for k in (
         "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
         "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")),
-        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files), background_nice=nice)
+        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files))

@@ -8,7 +8,6 @@ are logged, never raised: maintenance must never fail ingestion.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from router.config import RouterConfig
@@ -17,28 +16,11 @@ from router.maintenance import MaintenanceScheduler
 log = logging.getLogger("icerouter.job")
 
 
-def lower_thread_priority(nice: int) -> None:
-    """Lower the calling thread's CPU priority by `nice` (Linux keeps nice per thread; threads it starts inherit it).
-
-    Compaction is work the batches do not wait for; on a few shared cores it
-    should take what they leave rather than delay their commits. Where threads
-    have no priority of their own (other systems), nothing changes.
-    """
-    if nice <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    except OSError as exc:  # not permitted here: run at the job's priority
-        log.debug("maintenance keeps the job's CPU priority: %s", exc)
-
-
 class BackgroundMaintenance:
     """Compacts the job's tables every `maintenance.compact_interval_seconds`, or once
     `maintenance.compact_after_files` files were committed to one, off the batch path.
 
-    One background thread, at `maintenance.background_nice` below the job's CPU priority; a call while it is
-    busy only counts the batch's files towards the next run.
+    One background thread; a call while it is busy only counts the batch's files towards the next run.
     Compaction conflicts with our own appends are retried or abandoned by the maintenance code.
     """
 
@@ -67,7 +49,6 @@ class BackgroundMaintenance:
         files, self._files = self._files, {}
 
         def work():
-            lower_thread_priority(self.config.maintenance.background_nice)
             try:
                 for r in self._scheduler.maybe_run(sorted(files), files):
                     self.totals["runs"] += 1

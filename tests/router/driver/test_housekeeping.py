@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import replace
 
-import pytest
-
 from pyiceberg.catalog.sql import SqlCatalog
 
-from router.config import ConfigError, parse_config
+from router.config import parse_config
 from router.driver.housekeeping import BackgroundMaintenance
 from tests.duckdb_reader import read_iceberg_rows
 from tests.router.maintenance.test_maintenance import DAYS, MiB, _router_config, _sqlite_props, build_table, \
@@ -52,36 +49,3 @@ def test_both_triggers_off_means_no_background_maintenance(tmp_path):
     assert BackgroundMaintenance(cfg).enabled  # the interval still runs
     off = replace(cfg, maintenance=replace(cfg.maintenance, compact_interval_seconds=0))
     assert not BackgroundMaintenance(off).enabled
-
-
-def test_compaction_runs_below_the_job_s_cpu_priority_and_leaves_the_caller_s_alone(tmp_path):
-    props = _sqlite_props(tmp_path)
-    table = build_table(SqlCatalog("maint", **props), "bg", batches=4)
-    cfg = parse_config(_router_config(props, target_file_size_bytes=MiB, retain_last_snapshots=10,
-                                      compact_interval_seconds=3600, compact_after_files=1))
-    assert cfg.maintenance.background_nice == 10  # the default
-    maintenance = BackgroundMaintenance(cfg)
-    seen = []
-    scheduler_run = None
-
-    def recording_run(*args):  # the scheduler's real run, noting the priority of the thread it runs on
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        return scheduler_run(*args)
-
-    caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    maintenance.submit({"bg.events": 0})  # builds the scheduler; nothing due yet
-    _wait_for_maintenance()
-    scheduler_run = maintenance._scheduler.maybe_run
-    maintenance._scheduler.maybe_run = recording_run
-    maintenance.submit({"bg.events": 12})
-    _wait_for_maintenance()
-    assert seen == [min(19, caller + 10)]
-    assert maintenance.totals["runs"] == 1 and len(live_paths(table.refresh())) == DAYS
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == caller
-
-
-def test_background_nice_is_checked_at_load(tmp_path):
-    props = _sqlite_props(tmp_path)
-    assert parse_config(_router_config(props, background_nice=0)).maintenance.background_nice == 0
-    with pytest.raises(ConfigError, match="maintenance.background_nice"):
-        parse_config(_router_config(props, background_nice=20))
