@@ -198,7 +198,8 @@ def batch_rows(batches, cores: int = 2) -> list[dict]:
 
 def run_throughput(args, stack: Stack, root: Path) -> dict:
     from bench_baseline import run_baseline
-    from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second, data_file_stats
+    from bench_probe import (CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second, data_file_stats,
+                             wait_until_idle)
     from router.driver.job import build_spark, start_query
     from router.source import KafkaSourceOptions
 
@@ -215,6 +216,9 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
     print(f"producing {args.records:,} records (~{result['value_bytes_mean']:.0f} B) ...", flush=True)
     seconds = data.produce_bulk(stack.conf, ids, args.partitions, args.records, pool)
     result["produce_records_per_s"] = round(args.records / seconds)
+    # the broker persists what was produced for a while; the ceiling and the job are measured after it
+    result["broker_settle_seconds"] = wait_until_idle(stack.broker.pid)
+    print(f"  the broker settled {result['broker_settle_seconds']:.0f} s after the production", flush=True)
 
     if not args.no_ceiling:
         print("raw confluent-kafka consume (ceiling) ...", flush=True)
@@ -233,6 +237,9 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
     spark = build_spark(config)
     print("warming up Spark workers ...", flush=True)
     warm_up(spark, args, stack, root)
+    # the warm-up produced to a topic of its own: the broker rewrites its whole store once more
+    result["broker_settle_seconds_after_warm_up"] = wait_until_idle(stack.broker.pid)
+    print(f"  the broker settled {result['broker_settle_seconds_after_warm_up']:.0f} s after the warm-up", flush=True)
 
     print(f"running the job (availableNow, clean checkpoint) over {args.records:,} records ...", flush=True)
     memory = MemorySampler().start()

@@ -130,6 +130,25 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def wait_until_idle(pid: int, cores: float = 0.05, quiet_seconds: float = 5.0, timeout: float = 600.0) -> float:
+    """Wait until process `pid` has used under `cores` for `quiet_seconds` in a row; the seconds waited.
+
+    The local broker keeps its records in memory and rewrites its whole store
+    to disk after they change: for a while after a bulk production it takes one
+    to two cores, which a measurement started at once would share with it.
+    """
+    started = last_t = time.monotonic()
+    last_cpu, quiet = _cpu_seconds(pid), 0.0
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now, cpu = time.monotonic(), _cpu_seconds(pid)
+        quiet = quiet + (now - last_t) if (cpu - last_cpu) / (now - last_t) < cores else 0.0
+        last_t, last_cpu = now, cpu
+        if quiet >= quiet_seconds:
+            break
+    return round(time.monotonic() - started - quiet, 1)
+
+
 def _role(pid: int, me: int) -> str:
     if pid == me:
         return "driver_python"
