@@ -66,7 +66,7 @@ def parse_args(argv):
     ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
     ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
     ap.add_argument("--broker-retention", type=float, default=30.0,
-                    help="soak: delete records older than this many seconds, as Kafka's retention.ms would "
+                    help="soak, freshness: delete records older than this many seconds, as Kafka's retention.ms would "
                          "(the local broker ignores it and its CPU grows with what it holds; 0: keep all)")
     ap.add_argument("--nice-load", type=int, default=0,
                     help="soak: run the broker and the producer at this nice value (a diagnostic: in production "

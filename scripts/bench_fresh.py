@@ -97,6 +97,10 @@ def run_freshness(args, stack, root: Path) -> dict:
         target=data.produce_steady, args=(stack.conf, ids, args.partitions, args.rate, args.duration, pool,
                                           acks_file))
     t_produce = time.time()
+    retention = None
+    if args.broker_retention:
+        retention = data.BrokerRetention(stack.broker, topics, args.partitions, args.broker_retention,
+                                         dispatcher.batches).start()
     producer.start()
     producer.join()
     loaded = np.load(acks_file)
@@ -109,6 +113,8 @@ def run_freshness(args, stack, root: Path) -> dict:
         time.sleep(0.5)
     query.stop()
     result["memory_peak_mb"] = memory.stop()
+    if retention is not None:
+        result["broker_retention"] = retention.stop()
     cores = spark.sparkContext.defaultParallelism
     spark.stop()
     read = sum(b.stats.records for b in dispatcher.batches)

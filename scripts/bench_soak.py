@@ -19,7 +19,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -114,63 +113,6 @@ def snapshot_counts(catalog, tables: list[str]) -> dict:
             "min": min(values, default=0), "max": max(values, default=0)}
 
 
-class BrokerRetention:
-    """Deletes the soak topics' records older than `seconds`, as a Kafka broker's retention.ms would.
-
-    The local broker ignores retention.ms: it keeps every record in memory and
-    rewrites its whole store to disk every few seconds, so its CPU grows with the
-    records it holds (producing alone at 2,000 records/s: 0.06 -> 0.42 cores over
-    136 s; with records deleted past 30 s it stays at ~0.22), and on 2 cores that
-    growing load slows the job the soak measures. Records are deleted only below
-    the end offsets sampled at a time after which two batches have committed (the
-    second was planned after the first ended, so it read past those offsets):
-    nothing the job has not committed is removed.
-    """
-
-    def __init__(self, broker, conf: dict, topics: list[str], seconds: float, batches: list, every: float = 10.0):
-        self.broker, self.conf, self.topics, self.seconds = broker, conf, topics, seconds
-        self.batches, self.every = batches, every
-        self.deletions = self.records = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-broker-retention", daemon=True)
-
-    def start(self) -> "BrokerRetention":
-        self._thread.start()
-        return self
-
-    def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(30)
-        return {"seconds": self.seconds, "deletions": self.deletions, "records_deleted": self.records}
-
-    def _committed_after(self, t: float) -> bool:
-        return sum(1 for b in list(self.batches) if b.started > t) >= 2
-
-    def _run(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer({**self.conf, "group.id": "bench-broker-retention", "enable.auto.commit": False})
-        admin, marks, deleted = self.broker.admin(), [], {}
-        try:
-            while not self._stop.wait(self.every):
-                now = time.time()
-                ends = [TopicPartition(t, 0, consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=10)[1])
-                        for t in self.topics]
-                marks.append((now, ends))
-                due = None
-                while marks and marks[0][0] < now - self.seconds and self._committed_after(marks[0][0]):
-                    due = marks.pop(0)[1]
-                if due is None:
-                    continue
-                for future in admin.delete_records(due).values():
-                    future.result()
-                self.deletions += 1
-                self.records += sum(tp.offset - deleted.get(tp.topic, 0) for tp in due)
-                deleted.update({tp.topic: tp.offset for tp in due})
-        finally:
-            consumer.close()
-
-
 def niced_produce(nice: int, *args) -> None:
     """The steady producer, at a lower CPU priority with `--nice-load` (0: unchanged)."""
     os.nice(nice)
@@ -216,7 +158,8 @@ def run_soak(args, stack, root: Path) -> dict:
     producer = ctx.Process(target=niced_produce, args=(args.nice_load,) + produce_args, name="bench-soak-producer")
     retention = None
     if args.broker_retention:
-        retention = BrokerRetention(stack.broker, stack.conf, topics, args.broker_retention, dispatcher.batches).start()
+        retention = data.BrokerRetention(stack.broker, topics, 1, args.broker_retention,
+                                         dispatcher.batches).start()
     t0 = time.time()
     # a stuck job must not hang the run for ever: ~20x the time the batches should take
     deadline = time.monotonic() + max(600.0, 20 * args.batches * args.trigger)
