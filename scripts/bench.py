@@ -230,6 +230,7 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
         before = cpu.sample()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             raw = pool.submit(data.raw_consume, stack.conf, topics, args.partitions, args.records).result()
+        # cores: the broker's share (the consumer's own process lives between the two samples: machine_busy only)
         result["ceiling"] = {"seconds": round(raw, 3), "records_per_s": round(args.records / raw),
                              "cores": cpu_per_second(before, cpu.sample())}
 
