@@ -67,7 +67,7 @@ def commit_drift(rows: list[dict]) -> dict | None:
 def run_freshness(args, stack, root: Path) -> dict:
     from bench import FAN_IN_TABLE, NAMESPACE, batch_rows, job_config, load_average
     from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
-    from router.driver.job import build_spark, start_query
+    from router.driver.job import build_spark, start_query, stop_between_batches
 
     result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
               "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
@@ -111,7 +111,7 @@ def run_freshness(args, stack, root: Path) -> dict:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()).splitlines()[0])
         time.sleep(0.5)
-    query.stop()
+    stop_between_batches(query)
     result["memory_peak_mb"] = memory.stop()
     if retention is not None:
         result["broker_retention"] = retention.stop()

@@ -122,7 +122,7 @@ def niced_produce(nice: int, *args) -> None:
 def run_soak(args, stack, root: Path) -> dict:
     from bench import NAMESPACE, job_config, load_average
     from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second
-    from router.driver.job import build_spark, start_query
+    from router.driver.job import build_spark, start_query, stop_between_batches
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
     m = config.maintenance
@@ -186,7 +186,7 @@ def run_soak(args, stack, root: Path) -> dict:
             producer.join(60)
             if producer.is_alive():
                 producer.kill()
-        query.stop()
+        stop_between_batches(query)
         result["memory_peak_mb"] = memory.stop()
         if retention is not None:
             result["broker_retention"] = retention.stop()

@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -160,6 +161,30 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     return query, dispatcher
 
 
+#: How long a stop waits for the running micro-batch to end before stopping it anyway.
+STOP_WAIT_SECONDS = 60.0
+
+
+def stop_between_batches(query, timeout: float = STOP_WAIT_SECONDS, poll: float = 0.05) -> bool:
+    """Stop `query` while no micro-batch runs; True if it stopped between batches (False: the timeout passed).
+
+    Spark's `stop()` cancels the running batch's tasks and interrupts its
+    foreachBatch: nothing is lost (the tables' offsets decide what is read
+    again) but the batch's work is thrown away and its temp files left behind.
+    Between two triggers nothing is running, so waiting for that gap loses
+    nothing; a job whose batches run back to back is stopped after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    between = False
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive", False):
+            between = True
+            break
+        time.sleep(poll)
+    query.stop()
+    return between
+
+
 def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
     """Run until stopped (or until caught up with --available-now)."""
     spark = build_spark(config)
@@ -167,7 +192,7 @@ def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
 
     def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
         log.info("signal %s: stopping %s after the current batch", signum, config.job.name)
-        threading.Thread(target=query.stop, name="icerouter-stop", daemon=True).start()
+        threading.Thread(target=stop_between_batches, args=(query,), name="icerouter-stop", daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     try:

@@ -1,0 +1,86 @@
+"""Stopping the job between micro-batches (router/driver/job.stop_between_batches), on real Spark."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from router.driver.job import stop_between_batches
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+BATCH_SECONDS = 3.0
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("icerouter-stop-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+
+
+def _slow_task(rows):
+    time.sleep(BATCH_SECONDS)
+    return rows
+
+
+def slow_query(spark, tmp_path, marks: list):
+    """A rate stream whose foreachBatch runs a Spark job of BATCH_SECONDS (as the job's write tasks do)
+    and notes when each call starts, ends, or fails."""
+
+    def handle(df, batch_id):
+        marks.append(("start", batch_id))
+        try:
+            df.rdd.mapPartitions(_slow_task).count()
+        except Exception:  # the job was cancelled under it
+            marks.append(("failed", batch_id))
+            raise
+        marks.append(("end", batch_id))
+
+    return (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+            .writeStream.foreachBatch(handle).trigger(processingTime="6 seconds")
+            .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+
+
+def _wait_for(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_stop_during_a_batch_lets_it_finish_first(spark, tmp_path):
+    marks: list = []
+    query = slow_query(spark, tmp_path, marks)
+    try:
+        _wait_for(lambda: ("start", 1) in marks)  # batch 0 of a rate stream is empty
+        between = stop_between_batches(query, timeout=30)
+        ended_at_stop = list(marks)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert between and not query.isActive
+    assert ("end", 1) in ended_at_stop  # the batch ran to its end before the query stopped
+    assert sum(1 for m in ended_at_stop if m[0] == "start") == sum(1 for m in ended_at_stop if m[0] == "end")
+
+
+def test_a_batch_that_outlasts_the_wait_is_stopped_anyway(spark, tmp_path):
+    marks: list = []
+    query = slow_query(spark, tmp_path, marks)
+    try:
+        _wait_for(lambda: ("start", 1) in marks)  # batch 0 of a rate stream is empty
+        started = time.monotonic()
+        between = stop_between_batches(query, timeout=0.5)
+        waited = time.monotonic() - started
+    finally:
+        if query.isActive:
+            query.stop()
+    assert not between and not query.isActive
+    assert waited < BATCH_SECONDS  # the running batch's job was cancelled: the timeout decided
+    assert ("end", 1) not in marks
