@@ -23,11 +23,10 @@ import time
 from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.table import Transaction
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.expiry import snapshots_to_expire
-from router.catalog.sql import staged
+from router.catalog.sql import StagedTransaction
 from router.catalog.tables import MANIFEST_MERGE_PROPERTIES, backoff, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
@@ -54,27 +53,6 @@ class CommitOutcome:
     committed_at: float = 0.0  # wall clock (time.time()) when the table's commit became visible
     where: str = "driver"  # driver | task
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
-
-
-class _StagedTransaction(Transaction):
-    """A pyiceberg Transaction whose staged view of the metadata is built once per staged state.
-
-    pyiceberg re-applies every staged update to a deep copy of the whole table
-    metadata each time the transaction's metadata is read, ~15 times for one
-    fast append: ~60% of a commit's CPU here (cProfile, scripts/bench_commit.py).
-    The staged view is only read, so it is applied once, without the deep copy;
-    the catalog still builds and validates the committed metadata itself.
-    """
-
-    _view = None
-    _view_key: tuple = ()
-
-    @property
-    def table_metadata(self):
-        key = (id(self._table.metadata), len(self._updates))
-        if self._view is None or self._view_key != key:
-            self._view, self._view_key = staged(self._table.metadata, self._updates)[0], key
-        return self._view
 
 
 def held_already(stored: dict, offsets: dict) -> str | None:
@@ -140,7 +118,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                     break
             doc = progress_document(previous, result, batch_id)
             expire = due_for_expiry(table.metadata, maintenance)
-            with _StagedTransaction(table) as tx:
+            with StagedTransaction(table) as tx:
                 if not result.data_files:  # the dead-letter table's settled offsets move every batch
                     doc["at_snapshot"] = table.metadata.current_snapshot_id
                 # set first: the append reads the manifest merge settings from the staged properties

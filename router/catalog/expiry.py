@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from router.catalog.sql import StagedTransaction
 from router.catalog.tables import backoff
 
 
@@ -43,7 +45,8 @@ def expire_snapshots(table, retain_last: int, max_age_seconds: float, attempts: 
         if not expired:
             return 0
         try:
-            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            with StagedTransaction(table) as tx:
+                ExpireSnapshots(tx).by_ids(expired).commit()
             return len(expired)
         except (CommitFailedException, ValueError):  # ValueError: "Snapshot with snapshot id ... does not exist"
             if attempt == attempts - 1:

@@ -27,6 +27,7 @@ from pyiceberg.table.update.validate import _validate_data_files_exist, _validat
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog import backoff, delete_quietly
+from router.catalog.sql import StagedTransaction
 from router.exceptions import CompactionConflict, MaintenanceError
 from router.executor.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
 
@@ -235,7 +236,7 @@ def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: in
         if _delete_file_count(table):  # row-level deletes aimed at the old files would be lost
             raise CompactionConflict("delete files appeared during compaction", table=_name(table))
         try:
-            with table.transaction() as tx:
+            with StagedTransaction(table) as tx:
                 replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
                                         snapshot_properties=dict(COMPACTION_SUMMARY))
                 for f in old:
