@@ -21,7 +21,10 @@ offsets it stores (router/progress.py), so the job reads those records again
 and writes them once.
 
 `current_location` answers "did the table move?" with one query, so refreshing a
-cached table that nobody else committed costs no metadata read.
+cached table that nobody else committed costs no metadata read; `refresh_table`
+reads a moved table's new metadata without re-parsing the snapshots the cached
+metadata already holds, and every metadata file is written with each snapshot
+serialised once per process (router/catalog/metadata_files.py).
 
 Creating a table, pyiceberg asks whether the namespace exists three times and
 then reads back the metadata file it has just written (~4 of 7 ms per table on
@@ -39,7 +42,7 @@ from cachetools import TTLCache
 from pyiceberg.catalog import LOCATION, WAREHOUSE_LOCATION, Catalog
 from pyiceberg.catalog.sql import IcebergTables
 from pyiceberg.catalog.sql import SqlCatalog as _PyicebergSqlCatalog
-from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.serializers import FromInputFile
@@ -56,6 +59,7 @@ from pyiceberg.typedef import EMPTY_DICT
 from sqlalchemy import event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from router.catalog.metadata_files import read_metadata, write_metadata
 from router.catalog.tables import delete_quietly
 
 #: How long a namespace's `location` property is trusted when tables are created in it.
@@ -143,6 +147,22 @@ class SqlCatalog(_PyicebergSqlCatalog):
         """The table's metadata location in the catalog now (None: no such table)."""
         with self.engine.connect() as conn:
             return conn.execute(select(IcebergTables.metadata_location).where(*self._row(identifier))).scalar()
+
+    def refresh_table(self, table) -> bool:
+        """`Table.refresh` with one query and only new snapshots parsed; False when the table had not moved."""
+        location = self.current_location(table.name())
+        if location is None:
+            raise NoSuchTableError(f"Table does not exist: {'.'.join(table.name())}")
+        if location == table.metadata_location:
+            return False
+        metadata = read_metadata(table.io, location, table.metadata)
+        table._check_uuid(table.metadata, metadata)
+        if metadata.properties != table.metadata.properties:  # the FileIO may depend on them
+            table.io = self._load_file_io(metadata.properties, location)
+        table.metadata, table.metadata_location = metadata, location
+        return True
+
+    _write_metadata = staticmethod(write_metadata)
 
     def create_table(self, identifier, schema, location: str | None = None,
                      partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,

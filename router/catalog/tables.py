@@ -79,17 +79,20 @@ def load_table(config: CatalogConfig, identifier: str, refresh: bool = False):
         table = _tables.get(key)
     if table is None:
         table = get_catalog(config).load_table(identifier)
-    elif refresh and _moved(config, identifier, table):
-        table = table.refresh()
+    elif refresh:
+        _refresh(config, identifier, table)
     with _lock:
         _tables[key] = table
     return table
 
 
-def _moved(config: CatalogConfig, identifier: str, table) -> bool:
-    """Whether the catalog points elsewhere than our cached metadata (metadata files never change)."""
-    current_location = getattr(get_catalog(config), "current_location", None)
-    return current_location is None or current_location(identifier) != table.metadata_location
+def _refresh(config: CatalogConfig, identifier: str, table) -> None:
+    """Bring the cached handle to the catalog's current metadata, in place (metadata files never change)."""
+    refresh_table = getattr(get_catalog(config), "refresh_table", None)
+    if refresh_table is not None:  # our SqlCatalog: one query, and nothing read if nobody committed
+        refresh_table(table)
+    else:
+        table.refresh()
 
 
 def parse_partition_spec(schema: Schema, spec: Sequence[str]) -> PartitionSpec:
