@@ -17,6 +17,7 @@ pyiceberg writes and reads (tests/router/catalog/test_metadata_files.py).
 from __future__ import annotations
 
 import json
+import operator
 import threading
 
 from cachetools import LRUCache
@@ -34,12 +35,8 @@ _lock = threading.Lock()
 #: Snapshot fields (JSON names) that identify one version of a committed snapshot; the summary never changes.
 SNAPSHOT_KEY_FIELDS = ("snapshot-id", "manifest-list", "parent-snapshot-id", "sequence-number", "timestamp-ms",
                        "schema-id", "first-row-id", "added-rows")
-_ATTRIBUTES = ("snapshot_id", "manifest_list", "parent_snapshot_id", "sequence_number", "timestamp_ms",
-               "schema_id", "first_row_id", "added_rows")
-
-
-def _key(snapshot) -> tuple:
-    return tuple(getattr(snapshot, name) for name in _ATTRIBUTES)
+_key = operator.attrgetter("snapshot_id", "manifest_list", "parent_snapshot_id", "sequence_number", "timestamp_ms",
+                           "schema_id", "first_row_id", "added_rows")
 
 
 def _raw_key(raw: dict) -> tuple:
@@ -52,16 +49,14 @@ def metadata_json(metadata) -> str:
     if metadata.format_version < 2 or not metadata.snapshots:  # v1 rewrites its snapshots when serialised
         return metadata.model_dump_json(exclude_none=exclude_none)
     head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
-    parts = []
-    for snapshot in metadata.snapshots:
-        key = (_key(snapshot), exclude_none)
-        with _lock:
-            text = _snapshot_json.get(key)
+    keys = [(_key(snapshot), exclude_none) for snapshot in metadata.snapshots]
+    with _lock:
+        parts = [_snapshot_json.get(key) for key in keys]
+    for i, text in enumerate(parts):
         if text is None:
-            text = snapshot.model_dump_json(exclude_none=exclude_none)
+            parts[i] = text = metadata.snapshots[i].model_dump_json(exclude_none=exclude_none)
             with _lock:
-                _snapshot_json[key] = text
-        parts.append(text)
+                _snapshot_json[keys[i]] = text
     return f'{head[:-1]},"snapshots":[{",".join(parts)}]}}'
 
 
