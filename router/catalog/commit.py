@@ -2,7 +2,7 @@
 
 Each table gets one transaction: append of the files the executors wrote (one
 new manifest, merged with the earlier ones once enough pile up, see
-MANIFEST_MERGE_PROPERTIES), the offsets it now holds (router/progress.py: table
+catalog/tables.py manifest_merge_properties), the offsets it now holds (router/progress.py: table
 property and snapshot summary) and, when the expiry rule says so, the removal
 of old snapshots.
 Exactly-once is decided by offsets, never by Spark batch ids: the executors
@@ -27,7 +27,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.expiry import snapshots_to_expire
 from router.catalog.sql import StagedTransaction
-from router.catalog.tables import MANIFEST_MERGE_PROPERTIES, backoff, load_table
+from router.catalog.tables import backoff, load_table, manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
 from router.faults import crash_point
@@ -74,9 +74,9 @@ def progress_document(previous: dict, result, batch_id: int) -> dict:
     return doc
 
 
-def missing_merge_settings(properties: dict) -> dict:
+def missing_merge_settings(identifier: str, properties: dict) -> dict:
     """Manifest merge settings a table lacks (tables made before they were defaults); its own win."""
-    return {k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if k not in properties}
+    return {k: v for k, v in manifest_merge_properties(identifier).items() if k not in properties}
 
 
 def due_for_expiry(metadata, maintenance: MaintenanceConfig | None) -> list[int]:
@@ -122,7 +122,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                 if not result.data_files:  # the dead-letter table's settled offsets move every batch
                     doc["at_snapshot"] = table.metadata.current_snapshot_id
                 # set first: the append reads the manifest merge settings from the staged properties
-                tx.set_properties({**missing_merge_settings(table.metadata.properties), prop: json.dumps(doc)})
+                tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties), prop: json.dumps(doc)})
                 if result.data_files:
                     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
                     with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:

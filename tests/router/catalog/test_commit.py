@@ -17,6 +17,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from router.catalog import create_table, load_table
 from router.catalog.commit import commit_table
+from router.catalog.tables import manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
 from router.descriptors import TableResult
 from router.executor.datafiles import write_data_files
@@ -70,7 +71,10 @@ def test_commit_equals_pyiceberg_transaction(catalog_config, unique_name):
             tx.set_properties({property_name(JOB): doc})
 
     a, b = load_table(catalog_config, ours, refresh=True), load_table(catalog_config, theirs, refresh=True)
-    assert a.schema() == b.schema() and a.spec() == b.spec() and a.properties == b.properties
+    spread = "commit.manifest.min-count-to-merge"  # by table name (see the merge test below)
+    assert a.schema() == b.schema() and a.spec() == b.spec()
+    assert {k: v for k, v in a.properties.items() if k != spread} == \
+        {k: v for k, v in b.properties.items() if k != spread}
     assert len(a.metadata.snapshots) == len(b.metadata.snapshots) == 2
     drop = {"added-files-size", "total-files-size"}  # file sizes differ by the bodies' table name
     summary = {k: v for k, v in a.current_snapshot().summary.additional_properties.items() if k not in drop}
@@ -124,13 +128,39 @@ def test_manifests_are_merged_unless_the_table_says_otherwise(catalog_config, un
 
     table, merged = manifests(older)
     assert table.properties["commit.manifest-merge.enabled"] == "true"  # added by the first commit
-    assert table.properties["commit.manifest.min-count-to-merge"] == "32"
+    assert table.properties["commit.manifest.min-count-to-merge"] == \
+        manifest_merge_properties(older)["commit.manifest.min-count-to-merge"]
     assert len(merged) < 32 and sum(m.added_files_count + m.existing_files_count for m in merged) == 40
     table, unmerged = manifests(opted_out)
     assert table.properties["commit.manifest-merge.enabled"] == "false" and len(unmerged) == 40
     for name in (older, opted_out):
         assert ids_in(catalog_config, name) == list(range(120))
         assert stored_progress(load_table(catalog_config, name), JOB)["offsets"] == {"t/0": 120}
+
+
+def test_tables_created_together_merge_their_manifests_in_different_batches(catalog_config, unique_name):
+    """Tables created in one batch and committed every batch would all merge in the same batch,
+    one in ~32: each table's count is spread over 24-40 by its name, the same for the same name."""
+    ns = unique_name("n")
+    names = [f"{ns}.t{i}" for i in range(6)]
+    counts = {}
+    for name in names:
+        table = create_table(catalog_config, name, SCHEMA)
+        counts[name] = int(table.properties["commit.manifest.min-count-to-merge"])
+        assert manifest_merge_properties(name)["commit.manifest.min-count-to-merge"] == str(counts[name])
+    assert all(24 <= c <= 40 for c in counts.values()) and len(set(counts.values())) > 1
+    merged_in: dict[str, int] = {}
+    for batch in range(42):
+        for name in names:
+            assert commit_table(catalog_config, result_for(catalog_config, name, "t/0", batch, 1), JOB,
+                                batch).status == "committed"
+            table = load_table(catalog_config, name)
+            if name not in merged_in and len(table.current_snapshot().manifests(table.io)) < batch + 1:
+                merged_in[name] = batch
+    assert set(merged_in) == set(names)
+    assert all(merged_in[n] == counts[n] - 1 for n in names)  # the commit that makes `count` manifests merges
+    assert len(set(merged_in.values())) > 1
+    assert ids_in(catalog_config, names[0]) == list(range(42))
 
 
 def test_processes_committing_one_table_each_commit_exactly_once(catalog_config, unique_name):
