@@ -38,7 +38,6 @@ SPARK_DEFAULTS = {
     "spark.driver.maxResultSize": "1g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
-    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     # tasks are retried on executors (registry hiccups, lost workers)
     "spark.task.maxFailures": "4",
 }
