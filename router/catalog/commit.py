@@ -122,7 +122,8 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                 if not result.data_files:  # the dead-letter table's settled offsets move every batch
                     doc["at_snapshot"] = table.metadata.current_snapshot_id
                 # set first: the append reads the manifest merge settings from the staged properties
-                tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties), prop: json.dumps(doc)})
+                tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties),
+                                   prop: json.dumps(doc)})
                 if result.data_files:
                     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
                     with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:

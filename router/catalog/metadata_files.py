@@ -9,9 +9,9 @@ committed snapshot hardly changes: its id and its manifest list (a file written
 once under a unique name) identify it, and only pyiceberg's expiry rewrites it,
 dropping a parent id that pointed at an expired snapshot. So its JSON is cached
 by all its fields but the summary, when written, and its parsed model is reused
-from the previous metadata when read. Everything
-else in the file goes through pyiceberg as before; the result is the metadata
-pyiceberg writes and reads (tests/router/catalog/test_metadata_files.py).
+from the previous metadata when read. Everything else in the file goes through
+pyiceberg as before; the result is the metadata pyiceberg writes and reads
+(tests/router/catalog/test_metadata_files.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import threading
 from cachetools import LRUCache
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.utils.config import Config
 
 #: Serialised snapshots kept per process (a few hundred bytes to a few kB each).
@@ -32,15 +33,16 @@ _snapshot_json: LRUCache = LRUCache(maxsize=SNAPSHOT_JSON_CACHE)
 _lock = threading.Lock()
 
 
-#: Snapshot fields (JSON names) that identify one version of a committed snapshot; the summary never changes.
-SNAPSHOT_KEY_FIELDS = ("snapshot-id", "manifest-list", "parent-snapshot-id", "sequence-number", "timestamp-ms",
-                       "schema-id", "first-row-id", "added-rows")
-_key = operator.attrgetter("snapshot_id", "manifest_list", "parent_snapshot_id", "sequence_number", "timestamp_ms",
-                           "schema_id", "first_row_id", "added_rows")
+#: Snapshot fields that identify one version of a committed snapshot; the summary never changes.
+SNAPSHOT_KEY_FIELDS = ("snapshot_id", "manifest_list", "parent_snapshot_id", "sequence_number", "timestamp_ms",
+                       "schema_id", "first_row_id", "added_rows")
+_key = operator.attrgetter(*SNAPSHOT_KEY_FIELDS)
+_JSON_NAMES = tuple(Snapshot.model_fields[name].alias or name for name in SNAPSHOT_KEY_FIELDS)
 
 
 def _raw_key(raw: dict) -> tuple:
-    return tuple(raw.get(name) for name in SNAPSHOT_KEY_FIELDS)
+    """`_key` of a snapshot still in its JSON form."""
+    return tuple(raw.get(name) for name in _JSON_NAMES)
 
 
 def metadata_json(metadata) -> str:
