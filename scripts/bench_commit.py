@@ -86,16 +86,10 @@ def soak_maintainer(root: str, retain: int, compact_after: int, committed, worke
     import logging
     import threading
 
-    from router.config import parse_config
     from router.driver.housekeeping import BackgroundMaintenance
 
     logging.basicConfig(level=logging.WARNING, format="maintenance %(name)s: %(message)s")
-    catalog = soak_catalog(Path(root))
-    background = BackgroundMaintenance(parse_config({
-        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["unused"]}, "registry": {"url": "http://127.0.0.1:9"},
-        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
-        "maintenance": {"retain_last_snapshots": retain, "max_snapshot_age_seconds": 1,
-                        "compact_after_files": max(compact_after, 0), "compact_interval_seconds": 10 ** 9}}))
+    background = BackgroundMaintenance(maintenance_config(soak_catalog(Path(root)), retain, compact_after))
     background.enabled = compact_after > 0
     while workers:
         files = committed.get()
@@ -107,6 +101,18 @@ def soak_maintainer(root: str, retain: int, compact_after: int, committed, worke
         if thread.name == "icerouter-maintenance":
             thread.join()
     totals.update(background.totals)
+
+
+def maintenance_config(catalog, retain: int, compact_after: int):
+    """A job config on `catalog` whose maintenance compacts once `compact_after` files arrived (never
+    by the clock) and keeps `retain` snapshots; its source and registry are never contacted."""
+    from router.config import parse_config
+
+    return parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["unused"]}, "registry": {"url": "http://127.0.0.1:9"},
+        "catalog": {"name": catalog.name, "properties": dict(catalog.properties)},
+        "maintenance": {"retain_last_snapshots": retain, "max_snapshot_age_seconds": 1,
+                        "compact_after_files": max(compact_after, 0), "compact_interval_seconds": 10 ** 9}})
 
 
 def soak_catalog(root: Path):

@@ -8,8 +8,8 @@ replaced snapshots, delete the files compaction replaced once unreferenced),
 while the table keeps the snapshots of the last minute: ~65 at a 1 s trigger.
 Each round here commits `--commits` one-file appends to every table the way the
 job's tasks do (router/catalog/commit.py, expiry keeping `--retain` snapshots),
-then runs the scheduler's work on each table and times it (wall and process
-CPU). Two copies of every table get the same commits; one copy's runs go
+then the job's scheduler (one per side) runs each table, due by its file count,
+and the run is timed (wall and process CPU). Two copies of every table get the same commits; one copy's runs go
 through today's code, the other's through the code as it was before: every
 question "what do the retained snapshots reach?" read from disk again, and
 pyiceberg's own transaction (a deep copy of the metadata per read) for expiry
@@ -51,31 +51,27 @@ def as_before():
         files._cached, expiry.StagedTransaction, compaction.StagedTransaction = saved
 
 
-def maintain(catalog_config, name: str, maintenance) -> dict:
-    """What MaintenanceScheduler.maybe_run does for one due table."""
-    from router.catalog import get_catalog
-    from router.maintenance import maintain_table
-    from router.maintenance.files import delete_unreferenced
-
+def maintain(scheduler, name: str, files: int) -> dict:
+    """The job's scheduled maintenance of one due table (MaintenanceScheduler.maybe_run), timed."""
     started, cpu = time.perf_counter(), time.process_time()
-    table = get_catalog(catalog_config).load_table(name)
-    snapshots = len(table.metadata.snapshots)
-    report = maintain_table(table, maintenance, orphans=False)
-    replaced = {f.file_path for g in report.planned_groups for f in g.files}
-    deleted, _ = delete_unreferenced(table, replaced)
+    [report] = scheduler.maybe_run([name], {name: files})
+    if report.error:
+        raise SystemExit(f"{name}: {report.error}")
     return {"ms": (time.perf_counter() - started) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
-            "snapshots": snapshots, "files_removed": report.compaction.files_removed, "deleted": len(deleted)}
+            "snapshots": report.snapshots_before, "files_removed": report.compaction.files_removed,
+            "deleted": len(report.replaced_deleted)}
 
 
 def run(tables: int, rounds: int, commits: int, retain: int) -> dict:
     import pyarrow as pa
 
-    from bench_commit import SOAK_ROWS, soak_catalog, soak_schema
+    from bench_commit import SOAK_ROWS, maintenance_config, soak_catalog, soak_schema
     from router.catalog import create_table, load_table
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
     from router.executor.datafiles import write_data_files
+    from router.maintenance import MaintenanceScheduler
 
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-maintenance-"))
     catalog = soak_catalog(root)
@@ -87,8 +83,10 @@ def run(tables: int, rounds: int, commits: int, retain: int) -> dict:
         create_table(catalog, name, schema)
     # the commits keep `retain` snapshots, as the job's 60 s age does at a 1 s trigger
     committing = MaintenanceConfig(retain_last_snapshots=retain, max_snapshot_age_seconds=0)
-    # the job's maintenance settings (defaults) apart from the age, which the commits already decide
-    maintenance = MaintenanceConfig(retain_last_snapshots=retain, max_snapshot_age_seconds=0)
+    # one scheduler per side, as the job's driver holds one (files its compaction replaced that retained
+    # snapshots still read are deleted by a later run), due at any new file, never by the clock
+    schedulers = {side: MaintenanceScheduler(maintenance_config(catalog, retain, 1), interval_seconds=10 ** 9,
+                                             after_files=1) for side in ("ours", "before")}
     runs: dict[str, list[dict]] = {"ours": [], "before": []}
     batch = 0
     for round_ in range(rounds):
@@ -105,7 +103,7 @@ def run(tables: int, rounds: int, commits: int, retain: int) -> dict:
             order = ("ours", "before") if (round_ + i) % 2 else ("before", "ours")
             for side in order:
                 with as_before() if side == "before" else contextlib.nullcontext():
-                    run_ = maintain(catalog, names[side][i], maintenance)
+                    run_ = maintain(schedulers[side], names[side][i], commits)
                 runs[side].append({"round": round_, **run_})
         print(f"round {round_ + 1}/{rounds}: ours {statistics.mean(r['cpu_ms'] for r in runs['ours'][-tables:]):.0f} "
               f"ms CPU, before {statistics.mean(r['cpu_ms'] for r in runs['before'][-tables:]):.0f} ms CPU per run",
