@@ -57,7 +57,8 @@ def stored_progress(table, job: str) -> dict:
     Walks back from the current snapshot to the newest one this job committed
     (other writers and compaction commit in between) and reads its summary;
     when none is reachable (expired, or written before summaries carried it),
-    the table property answers.
+    the table property answers. A partition the summary lacks but the property
+    holds reads as next offset 0 (`_behind`).
     """
     name = property_name(job)
     metadata = table.metadata
@@ -73,9 +74,21 @@ def stored_progress(table, job: str) -> dict:
         summary = snapshot.summary
         doc = _parse(summary.additional_properties.get(name) if summary is not None else None)
         if doc is not None:
-            return doc
+            return _behind(doc, prop)
         snapshot_id = snapshot.parent_snapshot_id
     return prop or empty_progress()
+
+
+def _behind(doc: dict, prop: dict | None) -> dict:
+    """`doc`, plus next offset 0 for each partition the property (the job's latest commit) holds and
+    `doc` does not: the table was rolled back to before its first rows of that partition, so it
+    holds none of them. Left out, the job would take the partition's start from the other tables
+    and never give this one back the rows it lost."""
+    offsets = doc.get("offsets", {})
+    gone = [key for key in (prop or {}).get("offsets", {}) if key not in offsets]
+    if not gone:
+        return doc
+    return {**doc, "offsets": dict(sorted({**offsets, **dict.fromkeys(gone, 0)}.items()))}
 
 
 def next_offsets(previous: Mapping[str, int], covered: Mapping[str, list]) -> dict:

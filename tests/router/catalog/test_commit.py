@@ -103,6 +103,33 @@ def test_snapshot_expiry_rides_in_the_commit(catalog_config, unique_name):
     assert ids_in(catalog_config, table_id) == list(range(60))
 
 
+def test_a_table_rolled_back_before_it_had_a_partition_holds_none_of_it(catalog_config, unique_name):
+    """The rolled-back snapshot's offsets lack partition 0; the table then reads as holding none of it
+    (next offset 0), so the job gives those rows back instead of starting the partition where the
+    other tables stand, and a commit of them is accepted, once."""
+    table_id = f"{unique_name('n')}.t"
+    create_table(catalog_config, table_id, SCHEMA)
+    assert commit_table(catalog_config, result_for(catalog_config, table_id, "t/1", 0, 4), JOB, 0).status == "committed"
+    first = load_table(catalog_config, table_id, refresh=True).metadata.current_snapshot_id
+
+    def both() -> TableResult:
+        result = result_for(catalog_config, table_id, "t/0", 0, 5)
+        result.merge(result_for(catalog_config, table_id, "t/1", 4, 3))
+        return result
+
+    assert commit_table(catalog_config, both(), JOB, 1).status == "committed"
+    assert stored_progress(load_table(catalog_config, table_id, refresh=True), JOB)["offsets"] == {"t/0": 5, "t/1": 7}
+    catalog_config.load().load_table(table_id).manage_snapshots().rollback_to_snapshot(first).commit()
+
+    table = load_table(catalog_config, table_id, refresh=True)
+    assert json.loads(table.properties[property_name(JOB)])["offsets"] == {"t/0": 5, "t/1": 7}  # the property moved on
+    assert stored_progress(table, JOB)["offsets"] == {"t/0": 0, "t/1": 4}
+    assert commit_table(catalog_config, both(), JOB, 2).status == "committed"
+    assert commit_table(catalog_config, both(), JOB, 3).status == "skipped"
+    bodies = sorted(read_iceberg(load_table(catalog_config, table_id, refresh=True)).column("body").to_pylist())
+    assert bodies == sorted([f"t/0:{i}" for i in range(5)] + [f"t/1:{i}" for i in range(7)])
+
+
 def _commit_partition(config: CatalogConfig, table_id: str, partition: int, batches: int) -> list[str]:
     statuses = []
     for batch in range(batches):

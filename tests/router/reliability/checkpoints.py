@@ -3,11 +3,12 @@
 One job, one topic fanned out to three tables plus a plain topic, bad records
 among the good ones (dead letters), run with --available-now after each step:
 
-1. first run; a copy of its checkpoint is kept;
+1. first run (its good records all in one partition); a copy of its checkpoint is kept;
 2. more records arrive, the checkpoint is deleted, the job starts again;
 3. more records, the checkpoint is replaced by the old copy;
 4. one fan-out table is rolled back to its first snapshot and the job starts
-   with a fresh checkpoint (that table is behind the others);
+   with a fresh checkpoint (that table is behind the others, and holds nothing
+   of the partition the first run did not write to);
 5. a route to a new table is added (backfilled from the earliest offset) and
    the job restarts on its checkpoint.
 
@@ -57,13 +58,25 @@ def checkpoint_loss(services: Services, workdir: Path, verbose: bool = False) ->
     counter = iter(range(1_000_000))
     fan_targets = list(fan_tables)
 
+    fan_partitions: list[set] = []  # per step, the partitions the fan topic's good records went to
+
     def produce() -> dict:
-        """GOOD + BAD records per topic; returns what this step must write."""
+        """GOOD + BAD records per topic; returns what this step must write.
+
+        The first step's good records share one key, so they land in one partition: the
+        table rolled back to its first snapshot then holds none of the other partition.
+        """
         before = {t: sum(c.values()) for t, c in ledger.expected.items()}
+        first = not fan_partitions
         for topic, tables in ((fan, fan_targets), (solo, [solo_table])):
-            good = [(topic, None, encode(data.ORDER_V1, ids[topic], data.order(next(counter))), None)
-                    for _ in range(GOOD)]
-            ledger.produce(services.bootstrap, good, lambda t, h, tables=tables: tables)
+            good = []
+            for _ in range(GOOD):
+                n = next(counter)
+                good.append((topic, b"first run" if first else str(n).encode(),
+                             encode(data.ORDER_V1, ids[topic], data.order(n)), None))
+            coords = ledger.produce(services.bootstrap, good, lambda t, h, tables=tables: tables)
+            if topic == fan:
+                fan_partitions.append({partition for _, partition, _ in coords})
             bad = [(topic, b"bad", b"not framed", None) for _ in range(BAD)]
             ledger.produce(services.bootstrap, bad, lambda t, h: ("dlq", "wire_format"))
         after = {t: sum(c.values()) for t, c in ledger.expected.items()}
@@ -121,4 +134,5 @@ def checkpoint_loss(services: Services, workdir: Path, verbose: bool = False) ->
     return Outcome("checkpoints", p, ledger, final, services.catalog_props, runs,
                    log.read_text(errors="replace") if log.exists() else "",
                    facts={"tallies": tallies, "written": written, "tables": fan_tables + [solo_table, late],
-                          "rolled_back": rolled_back, "dlq_table": dlq_table})
+                          "rolled_back": rolled_back, "dlq_table": dlq_table,
+                          "fan_partitions": fan_partitions})

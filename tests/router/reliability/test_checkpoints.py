@@ -49,6 +49,13 @@ def test_restored_table_was_really_behind(outcome):
     assert outcome.facts["rolled_back"] > 0
 
 
+def test_restored_table_held_none_of_one_partition(outcome):
+    """The first run wrote one partition only; later runs both: the rollback left one partition
+    the table never had, which its stored offsets must still send back to it."""
+    first, *later = outcome.facts["fan_partitions"]
+    assert len(first) == 1 and set().union(*later) - first
+
+
 def test_start_positions_are_logged_with_their_reason(outcome):
     assert "start: topic" in outcome.log
     assert "new table" in outcome.log  # the route added last backfilled its table
