@@ -79,6 +79,25 @@ def stored_progress(table, job: str) -> dict:
     return prop or empty_progress()
 
 
+def held_summaries(metadata) -> dict[str, str]:
+    """Every job's offsets document as of the current snapshot (each the nearest ancestor's), as
+    snapshot summary properties. A snapshot that rewrites the same rows (compaction) carries them,
+    so a table rolled back to it reports what it holds even after its parents expired."""
+    prefix = OFFSETS_PROPERTY.format(job="")
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    found: dict[str, str] = {}
+    snapshot_id = metadata.current_snapshot_id
+    for _ in range(ANCESTORS_SEARCHED):
+        snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
+        if snapshot is None:
+            break
+        for key, value in (snapshot.summary.additional_properties if snapshot.summary else {}).items():
+            if key.startswith(prefix):
+                found.setdefault(key, value)
+        snapshot_id = snapshot.parent_snapshot_id
+    return found
+
+
 def _behind(doc: dict, prop: dict | None) -> dict:
     """`doc`, plus next offset 0 for each partition the property (the job's latest commit) holds and
     `doc` does not: the table was rolled back to before its first rows of that partition, so it

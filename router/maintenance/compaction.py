@@ -30,6 +30,7 @@ from router.catalog import backoff, delete_quietly
 from router.catalog.sql import StagedTransaction
 from router.exceptions import CompactionConflict, MaintenanceError
 from router.executor.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
+from router.progress import held_summaries
 
 log = logging.getLogger("icerouter.maintenance")
 
@@ -117,8 +118,12 @@ class _ReplaceFiles(_OverwriteFiles):
     merges the many one-batch manifests the job's fast appends leave behind."""
 
     def _summary(self, snapshot_properties=None) -> Summary:
+        """Also the job offsets its parent holds (same rows, same offsets): a table rolled back to this
+        snapshot reports them after its parents expired. Read from the staged base, whose head is the
+        parent, also when pyiceberg's own retry rebuilds the snapshot on a newer one."""
         summary = super()._summary(snapshot_properties or {})
-        return Summary(Operation.REPLACE, **summary.additional_properties)
+        carried = held_summaries(self._transaction.table_metadata)
+        return Summary(Operation.REPLACE, **{**carried, **summary.additional_properties})
 
     def _validate_concurrency(self) -> None:
         """Used by pyiceberg's own retry: a rewrite conflicts with changes to its files, not with appends."""

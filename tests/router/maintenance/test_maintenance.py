@@ -11,6 +11,7 @@ client on the SeaweedFS endpoint), independent of the code under test.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import pickle
 import subprocess
@@ -35,6 +36,7 @@ from router.maintenance import (
     CompactionConflict, MaintenanceError, MaintenanceScheduler, UnsupportedLocation, compact, expire,
     maintain_table, plan_compaction, plan_groups, reachable_files, remove_orphans,
 )
+from router.progress import property_name, stored_progress
 from tests.duckdb_reader import read_iceberg_rows
 
 REPO = Path(__file__).resolve().parents[3]
@@ -245,6 +247,30 @@ def test_maintain_table_compacts_expires_and_removes_orphans(catalog, unique_nam
     # a second run finds nothing left to do
     again = maintain_table(table, config(retain_last_snapshots=1), clock=clock)
     assert again.compaction.files_added == 0 and again.orphans == [] and rows(table) == before_rows
+
+
+def test_a_table_rolled_back_to_a_compaction_reports_the_offsets_its_rows_hold(catalog, unique_name):
+    """Compaction's snapshot carries its parent's job offsets: after the parents expired, a rollback
+    to it must not fall back to the table property (the latest commit's, ahead of these rows)."""
+    table = build_table(catalog, unique_name("carry"), batches=0)
+    name = property_name("job")
+
+    def job_commit(batch: int) -> None:
+        doc = json.dumps({"batch_id": batch, "offsets": {"orders/0": (batch + 1) * ROWS_PER_BATCH}})
+        with table.transaction() as tx:
+            tx.set_properties({name: doc})
+            tx.append(_batch(batch, evolved=False), snapshot_properties={name: doc})
+
+    for batch in range(4):
+        job_commit(batch)
+    maintain_table(table, config(retain_last_snapshots=1))  # compaction; its parents expired
+    compacted = table.refresh().current_snapshot()
+    assert compacted.summary.operation.value == "replace" and len(table.metadata.snapshots) == 1
+    job_commit(4)
+    assert stored_progress(table.refresh(), "job")["offsets"] == {"orders/0": 60}
+    table.manage_snapshots().rollback_to_snapshot(compacted.snapshot_id).commit()
+    assert stored_progress(table.refresh(), "job")["offsets"] == {"orders/0": 48}
+    assert len(rows(table)) == 48 == len(duck_rows(table))
 
 
 def test_dry_run_changes_nothing(catalog, unique_name):
