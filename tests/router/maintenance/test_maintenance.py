@@ -263,7 +263,7 @@ def test_a_table_rolled_back_to_a_compaction_reports_the_offsets_its_rows_hold(c
 
     for batch in range(4):
         job_commit(batch)
-    maintain_table(table, config(retain_last_snapshots=1))  # compaction; its parents expired
+    maintain_table(table, config(retain_last_snapshots=1, max_snapshot_age_seconds=0))  # compaction; parents expired
     compacted = table.refresh().current_snapshot()
     assert compacted.summary.operation.value == "replace" and len(table.metadata.snapshots) == 1
     job_commit(4)
