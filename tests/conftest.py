@@ -88,6 +88,9 @@ def _local_broker(tmp_path_factory):
     broker = LocalBroker(str(tmp_path_factory.mktemp("broker")), tied_to_parent=True)
     broker.start()
     yield broker
+    from router.source.fetch import close_consumers
+
+    close_consumers()  # tests that read in this process keep their consumers: close them before the broker goes
     broker.stop(remove_data=True)  # throwaway data: no snapshot on shutdown
 
 

@@ -74,6 +74,19 @@ def cached_consumer(options_json: str, options: KafkaSourceOptions) -> Consumer:
         return consumer
 
 
+def close_consumers() -> None:
+    """Close every consumer this process keeps: one left open retries its broker for as long as the
+    process lives, logging each refused connection once the broker is gone."""
+    with _LOCK:
+        consumers = list(_CONSUMERS.values())
+        _CONSUMERS.clear()
+    for consumer in consumers:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+
+
 def drop_consumer(options_json: str) -> None:
     with _LOCK:
         consumer = _CONSUMERS.pop(options_json, None)
