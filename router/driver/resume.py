@@ -15,8 +15,11 @@ from an older snapshot. At start the job reads, per topic-partition:
 `resume` is the lowest of these: reading from there loses nothing, and the
 tables drop what they already hold, so nothing is written twice. Without a
 checkpoint the source starts there; with one, the first batch reads from the
-resume offset when the checkpoint is behind it, and from the backfill offset of
-a new table when that is behind the checkpoint.
+resume offset when the checkpoint is behind it, and from the backfill offset
+when that is behind the checkpoint: a new table's start, or where a table
+rolled back (or restored) since the job's last commit to it now stands
+(router/progress.py `rolled_back`). A table that merely received nothing for a
+while is not read again.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from router.catalog import get_catalog, load_table
 from router.config import RouterConfig
-from router.progress import stored_progress
+from router.progress import rolled_back, stored_progress
 from router.routing import RoutingTable
 from router.source.offsets import EARLIEST, LATEST, ResumePlan
 
@@ -46,13 +49,21 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
     return earliest if value == EARLIEST else latest if value == LATEST else int(value)
 
 
-def _progress(config: RouterConfig, identifier: str, cache: dict) -> dict | None:
+def _progress(config: RouterConfig, identifier: str, cache: dict, behind: dict | None = None) -> dict | None:
+    """The table's progress document (None: the job never committed it); fills `behind[identifier]`
+    with what `rolled_back` finds."""
     if identifier not in cache:
+        cache[identifier], behind_here = None, {}
         try:
-            doc = stored_progress(load_table(config.catalog, identifier, refresh=True), config.job.name)
-            cache[identifier] = doc if doc.get("batch_id", -1) >= 0 or doc.get("offsets") else None
+            table = load_table(config.catalog, identifier, refresh=True)
+            doc = stored_progress(table, config.job.name)
+            if doc.get("batch_id", -1) >= 0 or doc.get("offsets"):
+                cache[identifier], behind_here = doc, rolled_back(table, config.job.name, doc)
         except NoSuchTableError:
-            cache[identifier] = None
+            pass
+        cache[(identifier, "behind")] = behind_here
+    if behind is not None:
+        behind[identifier] = cache[(identifier, "behind")]
     return cache[identifier]
 
 
@@ -75,7 +86,9 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     starting = config.kafka.starting_offsets
-    cache: dict[str, dict | None] = {}
+    cache: dict = {}
+    behind: dict[str, dict[str, int]] = {}  # table -> what rolled_back found
+    restored: dict[str, list[tuple[int, int, str]]] = {}  # topic -> (partition, offset, table) read again
     dynamic = any(p != "topic" for r in routing.routes for p in r.placeholders)
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
     dlq = _progress(config, config.dlq.table, cache) if config.dlq.table else None
@@ -92,7 +105,11 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
             named_by_topic[topic] = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
         named = named_by_topic[topic]
         for table in dict.fromkeys(named + discovered):
-            doc = _progress(config, table, cache)
+            doc = _progress(config, table, cache, behind)
+            if key in behind[table]:  # rolled back: read again from there, even past a checkpoint
+                begin = min(max(behind[table][key], lo), hi)
+                plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
+                restored.setdefault(topic, []).append((partition, begin, table))
             if doc is None or not doc.get("offsets"):
                 if table in named:  # a new route: its table starts where the config says
                     begin = _configured_start(starting, topic, partition, lo, hi)
@@ -120,11 +137,15 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
         held_topics.setdefault(topic, []).append((partition, clamped, why + gone))
     for topic, parts in held_topics.items():
         plan.notes.append(f"topic {topic}: " + ", ".join(f"partition {p}@{o} ({why})" for p, o, why in parts))
+    for topic, parts in restored.items():
+        plan.notes.append(f"topic {topic}: tables rolled back since the job's last commit to them get "
+                          + ", ".join(f"partition {p} from {o} ({t})" for p, o, t in parts) + " again")
     fresh_topics = sorted(set(fresh) - set(held_topics))
     if fresh_topics:
         label = starting if isinstance(starting, str) else "the configured offsets"
         plan.notes.append(f"{len(fresh_topics)} topic(s) no table holds yet start at {label}: "
                           + ", ".join(fresh_topics[:5]) + (" ..." if len(fresh_topics) > 5 else ""))
-    log.info("start positions from %d tables in %.1fs", len(cache), time.perf_counter() - started)
+    tables = sum(isinstance(k, str) for k in cache)
+    log.info("start positions from %d tables in %.1fs", tables, time.perf_counter() - started)
     return plan
 

@@ -9,7 +9,9 @@ among the good ones (dead letters), run with --available-now after each step:
 4. one fan-out table is rolled back to its first snapshot and the job starts
    with a fresh checkpoint (that table is behind the others, and holds nothing
    of the partition the first run did not write to);
-5. a route to a new table is added (backfilled from the earliest offset) and
+5. another fan-out table is rolled back the same way and the job restarts on
+   its checkpoint, which is past the rows that table lost;
+6. a route to a new table is added (backfilled from the earliest offset) and
    the job restarts on its checkpoint.
 
 After every step DuckDB must find every record once in each of its tables and
@@ -30,7 +32,8 @@ from tests.router.reliability.helpers import (
 )
 from tests.router.reliability.scenarios import Outcome, Services, encode, new_prefix
 
-STEPS = ("first run", "checkpoint deleted", "older checkpoint", "table behind, fresh checkpoint", "route added")
+STEPS = ("first run", "checkpoint deleted", "older checkpoint", "table behind, fresh checkpoint",
+         "table behind, checkpoint kept", "route added")
 GOOD, BAD = 12, 2  # per topic and step
 
 
@@ -112,14 +115,23 @@ def checkpoint_loss(services: Services, workdir: Path, verbose: bool = False) ->
     shutil.copytree(old_copy, checkpoint)
     run(STEPS[2], new)
 
-    behind = load_catalog_from(services.catalog_props).load_table(fan_tables[1])
-    first = min(behind.metadata.snapshots, key=lambda s: s.sequence_number)
-    rolled_back = sum(ledger.expected[fan_tables[1]].values()) - int(first.summary["total-records"])
-    behind.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
+    def roll_back(table_id: str) -> int:
+        """Back to its first snapshot; returns how many rows the table lost."""
+        behind = load_catalog_from(services.catalog_props).load_table(table_id)
+        first = min(behind.metadata.snapshots, key=lambda s: s.sequence_number)
+        behind.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
+        return sum(ledger.expected[table_id].values()) - int(first.summary["total-records"])
+
+    rolled_back = roll_back(fan_tables[1])
     new = produce()
     new[fan_tables[1]] += rolled_back
     shutil.rmtree(checkpoint)
     run(STEPS[3], new)
+
+    rolled_back_kept = roll_back(fan_tables[2])
+    new = produce()
+    new[fan_tables[2]] += rolled_back_kept
+    run(STEPS[4], new)  # on the checkpoint of the run before, which is past the rolled-back rows
 
     late = f"{p}.late"
     for coord in ledger.expected[fan_tables[0]]:
@@ -128,11 +140,11 @@ def checkpoint_loss(services: Services, workdir: Path, verbose: bool = False) ->
     fan_targets.append(late)
     new = produce()
     new[late] += backlog
-    run(STEPS[4], new, config([{"name": "late", "topic": re.escape(fan), "table": late}]))
+    run(STEPS[5], new, config([{"name": "late", "topic": re.escape(fan), "table": late}]))
 
     final = tallies[STEPS[-1]]
     return Outcome("checkpoints", p, ledger, final, services.catalog_props, runs,
                    log.read_text(errors="replace") if log.exists() else "",
                    facts={"tallies": tallies, "written": written, "tables": fan_tables + [solo_table, late],
-                          "rolled_back": rolled_back, "dlq_table": dlq_table,
+                          "rolled_back": rolled_back, "rolled_back_kept": rolled_back_kept, "dlq_table": dlq_table,
                           "fan_partitions": fan_partitions})
