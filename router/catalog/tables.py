@@ -22,6 +22,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 
+from router.catalog import avro_readers
 from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError
 
@@ -84,6 +85,7 @@ def get_catalog(config: CatalogConfig):
     with _lock:
         catalog = _catalogs.get(key)
         if catalog is None:
+            avro_readers.install()  # manifest lists and manifests read without re-resolving their schema
             catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog")
         return catalog
 
