@@ -17,7 +17,6 @@ merges manifests on its thread pool) and the wall time; merge commits apart.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -140,11 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = {"scan": run_scan(args.manifests, args.turns, args.reps),
               "commits": run_commits(args.tables, args.rounds, args.retain)}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json_file:
-        Path(args.json_file).write_text(text + "\n")
-    return 0
+    from bench_report import emit
+
+    return emit(result, args.json_file)
 
 
 if __name__ == "__main__":

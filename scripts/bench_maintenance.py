@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
@@ -134,11 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     result = run(args.tables, args.rounds, args.commits, args.retain)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json_file:
-        Path(args.json_file).write_text(text + "\n")
-    return 0
+    from bench_report import emit
+
+    return emit(result, args.json_file)
 
 
 if __name__ == "__main__":
