@@ -65,18 +65,24 @@ def stored_progress(table, job: str) -> dict:
     prop = _parse(metadata.properties.get(name))
     if prop is not None and "at_snapshot" in prop and prop["at_snapshot"] == metadata.current_snapshot_id:
         return prop  # moved without a snapshot (dead-letter table, batch without letters)
+    for snapshot in _ancestors(metadata):
+        summary = snapshot.summary
+        doc = _parse(summary.additional_properties.get(name) if summary is not None else None)
+        if doc is not None:
+            return _behind(doc, prop)
+    return prop or empty_progress()
+
+
+def _ancestors(metadata):
+    """The current snapshot and its ancestors still in the metadata, newest first, at most ANCESTORS_SEARCHED."""
     by_id = {s.snapshot_id: s for s in metadata.snapshots}
     snapshot_id = metadata.current_snapshot_id
     for _ in range(ANCESTORS_SEARCHED):
         snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
         if snapshot is None:
-            break
-        summary = snapshot.summary
-        doc = _parse(summary.additional_properties.get(name) if summary is not None else None)
-        if doc is not None:
-            return _behind(doc, prop)
+            return
+        yield snapshot
         snapshot_id = snapshot.parent_snapshot_id
-    return prop or empty_progress()
 
 
 def rolled_back(table, job: str, doc: dict | None = None) -> dict[str, int]:
@@ -93,17 +99,11 @@ def held_summaries(metadata) -> dict[str, str]:
     snapshot summary properties. A snapshot that rewrites the same rows (compaction) carries them,
     so a table rolled back to it reports what it holds even after its parents expired."""
     prefix = OFFSETS_PROPERTY.format(job="")
-    by_id = {s.snapshot_id: s for s in metadata.snapshots}
     found: dict[str, str] = {}
-    snapshot_id = metadata.current_snapshot_id
-    for _ in range(ANCESTORS_SEARCHED):
-        snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
-        if snapshot is None:
-            break
+    for snapshot in _ancestors(metadata):
         for key, value in (snapshot.summary.additional_properties if snapshot.summary else {}).items():
             if key.startswith(prefix):
                 found.setdefault(key, value)
-        snapshot_id = snapshot.parent_snapshot_id
     return found
 
 

@@ -49,21 +49,17 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
     return earliest if value == EARLIEST else latest if value == LATEST else int(value)
 
 
-def _progress(config: RouterConfig, identifier: str, cache: dict, behind: dict | None = None) -> dict | None:
-    """The table's progress document (None: the job never committed it); fills `behind[identifier]`
-    with what `rolled_back` finds."""
+def _progress(config: RouterConfig, identifier: str, cache: dict) -> tuple[dict | None, dict[str, int]]:
+    """(the table's progress document, None when the job never committed it; what `rolled_back` finds)."""
     if identifier not in cache:
-        cache[identifier], behind_here = None, {}
+        cache[identifier] = (None, {})
         try:
             table = load_table(config.catalog, identifier, refresh=True)
             doc = stored_progress(table, config.job.name)
             if doc.get("batch_id", -1) >= 0 or doc.get("offsets"):
-                cache[identifier], behind_here = doc, rolled_back(table, config.job.name, doc)
+                cache[identifier] = (doc, rolled_back(table, config.job.name, doc))
         except NoSuchTableError:
             pass
-        cache[(identifier, "behind")] = behind_here
-    if behind is not None:
-        behind[identifier] = cache[(identifier, "behind")]
     return cache[identifier]
 
 
@@ -86,12 +82,11 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     starting = config.kafka.starting_offsets
-    cache: dict = {}
-    behind: dict[str, dict[str, int]] = {}  # table -> what rolled_back found
+    cache: dict[str, tuple[dict | None, dict[str, int]]] = {}
     restored: dict[str, list[tuple[int, int, str]]] = {}  # topic -> (partition, offset, table) read again
     dynamic = any(p != "topic" for r in routing.routes for p in r.placeholders)
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
-    dlq = _progress(config, config.dlq.table, cache) if config.dlq.table else None
+    dlq = _progress(config, config.dlq.table, cache)[0] if config.dlq.table else None
     plan = ResumePlan()
     held_topics: dict[str, list[tuple[int, int, str]]] = {}
     fresh: list[str] = []
@@ -105,9 +100,9 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
             named_by_topic[topic] = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
         named = named_by_topic[topic]
         for table in dict.fromkeys(named + discovered):
-            doc = _progress(config, table, cache, behind)
-            if key in behind[table]:  # rolled back: read again from there, even past a checkpoint
-                begin = min(max(behind[table][key], lo), hi)
+            doc, behind = _progress(config, table, cache)
+            if key in behind:  # rolled back: read again from there, even past a checkpoint
+                begin = min(max(behind[key], lo), hi)
                 plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
                 restored.setdefault(topic, []).append((partition, begin, table))
             if doc is None or not doc.get("offsets"):
@@ -145,7 +140,6 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
         label = starting if isinstance(starting, str) else "the configured offsets"
         plan.notes.append(f"{len(fresh_topics)} topic(s) no table holds yet start at {label}: "
                           + ", ".join(fresh_topics[:5]) + (" ..." if len(fresh_topics) > 5 else ""))
-    tables = sum(isinstance(k, str) for k in cache)
-    log.info("start positions from %d tables in %.1fs", tables, time.perf_counter() - started)
+    log.info("start positions from %d tables in %.1fs", len(cache), time.perf_counter() - started)
     return plan
 

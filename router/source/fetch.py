@@ -78,13 +78,9 @@ def close_consumers() -> None:
     """Close every consumer this process keeps: one left open retries its broker for as long as the
     process lives, logging each refused connection once the broker is gone."""
     with _LOCK:
-        consumers = list(_CONSUMERS.values())
-        _CONSUMERS.clear()
-    for consumer in consumers:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
+        keys = list(_CONSUMERS)
+    for key in keys:
+        drop_consumer(key)
 
 
 def drop_consumer(options_json: str) -> None:
