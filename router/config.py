@@ -23,6 +23,7 @@ from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.exceptions import ConfigError
 from router.masking import mask_secrets, mask_url
+from router.source.offsets import CATCH_UP_MODES
 
 PARTITION_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
 PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*")
@@ -84,6 +85,7 @@ class KafkaConfig:
     pattern: str | None = None
     starting_offsets: Any = "earliest"
     max_records_per_batch: int | None = 500_000
+    catch_up: str = "turns"
 
     def __repr__(self) -> str:
         return (f"KafkaConfig(bootstrap_servers={self.bootstrap_servers!r}, client={mask_secrets(self.client)!r}, "
@@ -263,7 +265,7 @@ def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
 
 def _kafka(data: Any) -> KafkaConfig:
     s = _Section(data, "kafka", ("bootstrap_servers", "client", "topics", "pattern", "starting_offsets",
-                                 "max_records_per_batch"))
+                                 "max_records_per_batch", "catch_up"))
     bootstrap = s.get("bootstrap_servers", None, str)
     if not bootstrap:
         raise ConfigError("kafka.bootstrap_servers: required")
@@ -280,7 +282,7 @@ def _kafka(data: Any) -> KafkaConfig:
     if isinstance(offsets, str) and offsets not in STARTING_OFFSETS:
         raise ConfigError(f"kafka.starting_offsets: {offsets!r} is not earliest, latest or a mapping")
     return KafkaConfig(bootstrap, s.mapping("client"), tuple(map(str, topics)), pattern, offsets,
-                       s.positive("max_records_per_batch", 500_000))
+                       s.positive("max_records_per_batch", 500_000), s.choice("catch_up", "turns", CATCH_UP_MODES))
 
 
 def _registry(data: Any) -> dict[str, Any]:

@@ -74,6 +74,7 @@ def source_options(config: RouterConfig) -> KafkaSourceOptions:
         client_config={k: str(v) for k, v in kafka.client.items()},
         starting_offsets=kafka.starting_offsets,
         max_records_per_trigger=kafka.max_records_per_batch,
+        catch_up=kafka.catch_up,
     )
 
 

@@ -26,7 +26,7 @@ from router.source.fetch import read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
     EARLIEST, LATEST, Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges,
-    resume_start, tp_key,
+    plan_limited, resume_start, tp_key,
 )
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 from router.source.schema import kafka_struct_type
@@ -66,11 +66,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None
         self._resume = ResumePlan.from_json(resume_json)
         self._planned = 0
+        self._turn: str | None = None  # catch-up in turns: the last partition whose turn is done
 
     def __getstate__(self):
         return {"options_json": self.options_json, "options": self.options,
                 "_metadata": None, "_target": self._target, "_latest": None,
-                "_resume": ResumePlan(), "_planned": 0}
+                "_resume": ResumePlan(), "_planned": 0, "_turn": None}
 
     @property
     def metadata(self) -> BrokerMetadata:
@@ -124,7 +125,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._latest = latest
         end = merge_end(start, latest)
         if isinstance(limit, ReadMaxRows):
-            end = advance(start, plan_ranges(start, end, limit.max_rows))
+            ranges, self._turn = plan_limited(start, end, limit.max_rows, self.options.catch_up, self._turn)
+            end = advance(start, ranges)
         return end
 
     def reportLatestOffset(self) -> dict | None:

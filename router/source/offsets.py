@@ -7,6 +7,7 @@ otherwise equal offsets compare unequal and Spark runs empty batches forever.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 from collections import Counter
@@ -92,14 +93,34 @@ def merge_end(start: Mapping[str, int], latest: Mapping[str, int]) -> Offsets:
     return normalize(end)
 
 
+#: How a backlog larger than the batch limit is shared (``kafka.catch_up``).
+CATCH_UP_MODES = ("turns", "even")
+
+#: In turns, one partition takes at most this fraction of the limit per turn: a deep backlog
+#: cannot hold the other partitions back for many batches, and a batch is never less than
+#: (1 - 1/TURN_SHARE) of the limit while whole backlogs remain.
+TURN_SHARE = 4
+
+
 def plan_ranges(
     start: Mapping[str, int], end: Mapping[str, int], max_records: int | None = None
 ) -> list[Range]:
     """Non-empty ranges between two offsets documents, at most ``max_records`` in total.
 
-    The limit is shared fairly (water-filling): small partitions are drained
+    The limit is shared evenly (water-filling): small partitions are drained
     completely and the remainder is split evenly over the larger ones, so no
     partition starves behind a busy one.
+    """
+    ranges, _ = plan_limited(start, end, max_records, "even")
+    return ranges
+
+
+def plan_limited(start: Mapping[str, int], end: Mapping[str, int], max_records: int | None,
+                 catch_up: str = "turns", turn: str | None = None) -> tuple[list[Range], str | None]:
+    """The ranges of the next batch and where the following batch's turns begin.
+
+    ``turns`` reads whole backlogs partition after partition (take_turns);
+    ``even`` shares the limit over every partition (fair_shares) and keeps no turn.
     """
     avail: dict[str, tuple[int, int]] = {}
     for key in sorted(end):
@@ -110,9 +131,56 @@ def plan_ranges(
     if max_records is not None:
         if max_records <= 0:
             raise OffsetsError(f"max_records must be positive, got {max_records}")
-        grant = fair_shares({k: hi - lo for k, (lo, hi) in avail.items()}, max_records)
-        avail = {k: (lo, lo + grant[k]) for k, (lo, hi) in avail.items() if grant[k] > 0}
-    return [Range(*split_key(k), lo, hi) for k, (lo, hi) in avail.items()]
+        if catch_up not in CATCH_UP_MODES:
+            raise OffsetsError(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}, got {catch_up!r}")
+        sizes = {k: hi - lo for k, (lo, hi) in avail.items()}
+        if catch_up == "turns":
+            grant, turn = take_turns(sizes, max_records, turn)
+        else:
+            grant = fair_shares(sizes, max_records)
+        avail = {k: (lo, lo + grant.get(k, 0)) for k, (lo, hi) in avail.items() if grant.get(k, 0) > 0}
+    return [Range(*split_key(k), lo, hi) for k, (lo, hi) in avail.items()], turn
+
+
+def take_turns(sizes: Mapping[str, int], budget: int, after: str | None) -> tuple[dict[str, int], str | None]:
+    """Grant ``budget`` as whole backlogs, in key order from the partition after ``after``.
+
+    When everything fits, everything is granted. Otherwise partitions take
+    their turn one after the other (a topic's partitions are neighbours in key
+    order), each taking its whole backlog up to ``budget // TURN_SHARE``; the
+    first turn that does not fit ends the batch and begins the next one, and
+    what a full round leaves is shared by the capped backlogs. A partition read
+    whole is fetched once, where an even share re-fetches the rest of its
+    backlog every batch (a broker answers with up to the fetch size past the
+    range) and every table it feeds gets a file and a commit per batch.
+    Returns the grants and the last key whose turn is done; with no ``after``
+    (a new reader) the turns begin at the deepest backlog.
+    """
+    keys = sorted(k for k, n in sizes.items() if n > 0)
+    if sum(sizes[k] for k in keys) <= budget:
+        return {k: sizes[k] for k in keys}, after
+    if after is None:
+        deepest = max(sizes[k] for k in keys)
+        first = next(i for i, k in enumerate(keys) if sizes[k] == deepest)
+    else:
+        first = bisect.bisect_right(keys, after) % len(keys)
+    order = keys[first:] + keys[:first]
+    cap = max(1, budget // TURN_SHARE)
+    grant: dict[str, int] = {}
+    remaining, last = budget, after
+    for key in order:
+        want = min(sizes[key], cap)
+        if want > remaining:
+            break
+        grant[key] = want
+        remaining -= want
+        last = key
+    else:
+        for key in order:  # a full round: the capped backlogs share what is left
+            more = min(sizes[key] - grant[key], remaining)
+            grant[key] += more
+            remaining -= more
+    return grant, last
 
 
 def fair_shares(sizes: Mapping[str, int], budget: int) -> dict[str, int]:

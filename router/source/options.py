@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Union
 
 from router.source.exceptions import SourceOptionsError
+from router.source.offsets import CATCH_UP_MODES
 
 #: The DataSource option key that carries the JSON form of KafkaSourceOptions.
 OPTIONS_KEY = "icerouter.options"
@@ -42,7 +43,10 @@ class KafkaSourceOptions:
     as much as all other columns together on the way to mapInArrow.
     ``null_empty_headers=False`` gives records without headers an empty list
     instead of Spark's null: Spark 4.3 moves null array<struct> values to
-    mapInArrow several times slower than empty ones.
+    mapInArrow several times slower than empty ones. ``catch_up`` says how a
+    backlog larger than ``max_records_per_trigger`` is shared: ``turns`` (whole
+    backlogs, partition after partition) or ``even`` (every partition a share
+    of every batch); see router/source/offsets.take_turns.
     """
 
     bootstrap: str
@@ -51,6 +55,7 @@ class KafkaSourceOptions:
     client_config: Mapping[str, str] = field(default_factory=dict)
     starting_offsets: StartingOffsets = "earliest"
     max_records_per_trigger: int | None = None
+    catch_up: str = "turns"
     target_tasks: int | None = None
     poll_timeout: float = 1.0
     max_idle_polls: int = 30
@@ -84,6 +89,8 @@ class KafkaSourceOptions:
             )
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise SourceOptionsError("max_records_per_trigger must be positive")
+        if self.catch_up not in CATCH_UP_MODES:
+            raise SourceOptionsError(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}, got {self.catch_up!r}")
         if self.target_tasks is not None and self.target_tasks <= 0:
             raise SourceOptionsError("target_tasks must be positive")
         if self.poll_timeout <= 0 or self.max_idle_polls <= 0:
@@ -108,6 +115,7 @@ class KafkaSourceOptions:
                 else {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.starting_offsets.items())}
             ),
             "max_records_per_trigger": self.max_records_per_trigger,
+            "catch_up": self.catch_up,
             "target_tasks": self.target_tasks,
             "poll_timeout": self.poll_timeout,
             "max_idle_polls": self.max_idle_polls,
@@ -136,7 +144,7 @@ class KafkaSourceOptions:
             f"KafkaSourceOptions(bootstrap={self.bootstrap!r}, {subscription}, "
             f"client_config={mask_config(self.client_config)!r}, "
             f"starting_offsets={self.starting_offsets!r}, "
-            f"max_records_per_trigger={self.max_records_per_trigger!r}, "
+            f"max_records_per_trigger={self.max_records_per_trigger!r}, catch_up={self.catch_up!r}, "
             f"target_tasks={self.target_tasks!r}, poll_timeout={self.poll_timeout!r}, "
             f"include_headers={self.include_headers!r})"
         )

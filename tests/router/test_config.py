@@ -26,6 +26,7 @@ def test_defaults_are_sensible(tmp_path):
     assert config.catalog.properties["uri"].startswith("sqlite:///")
     assert config.job.checkpoint.startswith(str(tmp_path))
     assert config.tables.metadata_columns is True
+    assert (config.kafka.max_records_per_batch, config.kafka.catch_up) == (500_000, "turns")
     policy = config.policies().resolve("a")
     assert (policy.new_table.value, policy.new_column.value, policy.type_change.value) == ("evolve", "evolve", "dlq")
 
@@ -35,6 +36,8 @@ def test_defaults_are_sensible(tmp_path):
     ({"kafka": {"bootstrap_servers": "b"}, "registry": {"url": "x"}}, "set `topics`"),
     (with_(kafka={"bootstrap_servers": "b", "topics": ["a"], "tpoics": 1}), "kafka: unknown key 'tpoics'"),
     (with_(kafka={"bootstrap_servers": "b", "pattern": "("}), "kafka.pattern: invalid regex"),
+    (with_(kafka={"bootstrap_servers": "b", "topics": ["a"], "catch_up": "fair"}),
+     "kafka.catch_up: 'fair' is not one of turns, even"),
     (with_(registry={}), "registry.url: required"),
     (with_(routes=[{"topic": "a"}]), "routes[0].table: required"),
     (with_(routes=[{"table": "t", "colour": 1}]), "routes[0]: unknown key 'colour'"),

@@ -109,7 +109,7 @@ def test_invalid_config_key_is_reported_with_its_path(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "icerouter: error: kafka: unknown key 'colour' (allowed: bootstrap_servers, client, topics, pattern, "
-        "starting_offsets, max_records_per_batch)")
+        "starting_offsets, max_records_per_batch, catch_up)")
 
 
 def _rewrite(config, **changes):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections import Counter
 
 import pytest
 
@@ -16,8 +17,10 @@ from router.source.offsets import (
     merge_end,
     normalize,
     pack_ranges,
+    plan_limited,
     plan_ranges,
     split_key,
+    take_turns,
     to_json,
 )
 
@@ -83,6 +86,98 @@ def test_fair_shares_never_exceeds_sizes_or_budget():
         grant = fair_shares(sizes, budget)
         assert sum(grant.values()) == min(budget, sum(sizes.values()))
         assert all(0 <= grant[k] <= sizes[k] for k in sizes)
+
+
+def _drain_in_turns(end: dict, budget: int) -> list[dict[str, tuple[int, int]]]:
+    """Batches of a catch-up in turns over a fixed backlog, as the reader plans them."""
+    start: dict = {}
+    turn = None
+    batches = []
+    while True:
+        ranges, turn = plan_limited(start, end, budget, "turns", turn)
+        if not ranges:
+            return batches
+        batches.append({f"{r.topic}/{r.partition}": (r.from_offset, r.until) for r in ranges})
+        start = advance(start, ranges)
+
+
+def test_turns_read_every_backlog_whole_and_once():
+    end = {f"t{t:03d}/{p}": 3333 + t for t in range(200) for p in range(3)}
+    batches = _drain_in_turns(end, 500_000)
+    assert len(batches) == 5
+    seen = Counter(key for batch in batches for key in batch)
+    assert seen == Counter(list(end))  # each partition in exactly one batch ...
+    assert all(batch[key] == (0, end[key]) for batch in batches for key in batch)  # ... from 0 to its end
+    sizes = [sum(hi - lo for lo, hi in batch.values()) for batch in batches]
+    assert all(size <= 500_000 for size in sizes)
+    assert all(size >= 500_000 * 3 // 4 for size in sizes[:-1])
+    # a topic's partitions are neighbours: at most the two topics on a batch boundary are split
+    topics_per_batch = [{key.split("/")[0] for key in batch} for batch in batches]
+    split = [t for t in {t for ts in topics_per_batch for t in ts} if sum(t in ts for ts in topics_per_batch) > 1]
+    assert len(split) <= len(batches) - 1
+
+
+def test_even_shares_read_a_piece_of_every_backlog_each_batch():
+    end = {f"t{t:03d}/{p}": 3333 for t in range(200) for p in range(3)}
+    ranges, turn = plan_limited({}, end, 500_000, "even")
+    assert turn is None and len(ranges) == 600
+    assert {r.count for r in ranges} == {833, 834}
+
+
+def test_turns_begin_at_the_deepest_backlog_and_go_on_in_key_order():
+    sizes = {"a/0": 10, "b/0": 40, "c/0": 10, "d/0": 10}
+    grant, last = take_turns(sizes, 60, None)
+    assert grant == {"b/0": 15, "c/0": 10, "d/0": 10, "a/0": 10} | {"b/0": 15 + 15}
+    assert last == "a/0"
+    grant, last = take_turns({"a/0": 30, "b/0": 30, "c/0": 30}, 60, "a/0")
+    assert grant == {"b/0": 15, "c/0": 15, "a/0": 15} | {"b/0": 15 + 15}
+
+
+def test_turns_grant_everything_when_it_fits():
+    sizes = {"a/0": 10, "b/0": 0, "c/0": 5}
+    assert take_turns(sizes, 15, "a/0") == ({"a/0": 10, "c/0": 5}, "a/0")
+
+
+def test_a_turn_that_does_not_fit_begins_the_next_batch():
+    sizes = {f"t/{p}": 10 for p in range(6)}
+    grant, last = take_turns(sizes, 45, "t/1")
+    assert grant == {"t/2": 10, "t/3": 10, "t/4": 10, "t/5": 10}
+    assert last == "t/5"
+    grant, last = take_turns({k: n for k, n in sizes.items() if k not in grant}, 45, last)
+    assert grant == {"t/0": 10, "t/1": 10} and last == "t/5"
+
+
+def test_a_deep_backlog_takes_at_most_a_quarter_per_turn_while_others_wait():
+    sizes = {"deep/0": 10_000, **{f"small/{p}": 100 for p in range(7)}}
+    grant, last = take_turns(sizes, 1000, None)
+    # its turn (a quarter of the limit), every small backlog whole, then what the round left
+    assert grant == {"deep/0": 250 + 50, **{f"small/{p}": 100 for p in range(7)}}
+    assert last == "small/6"
+    grant, _ = take_turns({"deep/0": 9_700}, 1000, last)
+    assert grant == {"deep/0": 1000}  # alone, it takes the whole limit
+
+
+@pytest.mark.parametrize("budget", [1, 3, 7, 50, 99])
+def test_turns_never_starve_a_partition_under_steady_arrivals(budget):
+    """Records keep arriving faster than the limit: every partition still gets a turn each round."""
+    rates = {"hot/0": 40, "hot/1": 40, **{f"cold/{p}": 1 for p in range(6)}}
+    start = {k: 0 for k in rates}
+    end = dict(start)
+    turn, last_read = None, {k: 0 for k in rates}
+    for batch in range(1, 200):
+        end = {k: end[k] + n for k, n in rates.items()}
+        ranges, turn = plan_limited(start, end, budget, "turns", turn)
+        assert 0 < sum(r.count for r in ranges) <= budget
+        for r in ranges:
+            last_read[f"{r.topic}/{r.partition}"] = batch
+        start = advance(start, ranges)
+        if batch > 20:
+            assert batch - min(last_read.values()) <= 20, (batch, last_read)
+
+
+def test_unknown_catch_up_mode_is_rejected():
+    with pytest.raises(OffsetsError, match="catch_up"):
+        plan_limited({}, {"a/0": 10}, 5, "greedy")
 
 
 def test_pack_ranges_packs_many_small_partitions_into_few_balanced_tasks():

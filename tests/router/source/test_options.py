@@ -50,6 +50,7 @@ def test_repr_masks_secrets():
         {"pattern": "("},
         {"starting_offsets": "newest"},
         {"max_records_per_trigger": 0},
+        {"catch_up": "fair"},
         {"target_tasks": -1},
         {"bootstrap": ""},
     ],

@@ -41,7 +41,8 @@ def test_available_now_target_is_frozen_and_limits_apply(kafka_bootstrap, kafka_
     topic = f"rd-{uid}-frozen"
     create_topics(kafka_bootstrap, kafka_client_config, [topic], 3)
     produce(kafka_bootstrap, kafka_client_config, [topic], 3, 10)
-    reader = _reader(kafka_bootstrap, kafka_client_config, topics=(topic,), max_records_per_trigger=12)
+    reader = _reader(kafka_bootstrap, kafka_client_config, topics=(topic,), max_records_per_trigger=12,
+                     catch_up="even")
     assert reader.getDefaultReadLimit() == ReadMaxRows(12)
     start = reader.initialOffset()
     reader.prepareForTriggerAvailableNow()
@@ -55,6 +56,24 @@ def test_available_now_target_is_frozen_and_limits_apply(kafka_bootstrap, kafka_
 
     live = _reader(kafka_bootstrap, kafka_client_config, topics=(topic,))
     assert set(live.latestOffset(everything, ReadAllAvailable()).values()) == {15}
+
+
+def test_catch_up_in_turns_reads_whole_partitions_from_the_deepest_on(kafka_bootstrap, kafka_client_config, uid):
+    topics = [f"rd-{uid}-turn{i}" for i in range(3)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 2)
+    for i, topic in enumerate(topics):
+        produce(kafka_bootstrap, kafka_client_config, [topic], 2, 10 + 5 * (i == 1))
+    reader = _reader(kafka_bootstrap, kafka_client_config, topics=tuple(topics), max_records_per_trigger=60)
+    assert reader.options.catch_up == "turns"  # the default
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    a, b, c = topics
+    # 70 records: the deepest backlog (b) first, then on in key order while whole backlogs fit
+    first = reader.latestOffset(start, ReadMaxRows(60))
+    assert first == {f"{b}/0": 15, f"{b}/1": 15, f"{c}/0": 10, f"{c}/1": 10, f"{a}/0": 10, f"{a}/1": 0}
+    second = reader.latestOffset(first, ReadMaxRows(60))
+    assert second == {**first, f"{a}/1": 10}
+    assert reader.latestOffset(second, ReadMaxRows(60)) == second
 
 
 def test_partitions_pack_ranges_and_pickle_small(kafka_bootstrap, kafka_client_config, uid):

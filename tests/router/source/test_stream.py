@@ -139,6 +139,27 @@ def test_max_records_per_trigger_bounds_every_batch(spark, kafka_bootstrap, kafk
     assert got == expected_offsets(topics, 2, 0, 25)
 
 
+@pytest.mark.parametrize("catch_up", ["turns", "even"])
+def test_a_backlog_larger_than_the_limit_is_read_in_turns_or_evenly(catch_up, spark, kafka_bootstrap,
+                                                                    kafka_client_config, uid, tmp_path):
+    topics = [f"turns-{uid}-{catch_up}-{i}" for i in range(4)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 2)
+    produce(kafka_bootstrap, kafka_client_config, topics, 2, 25)
+    options = KafkaSourceOptions(kafka_bootstrap, topics=tuple(topics), client_config=kafka_client_config,
+                                 max_records_per_trigger=100, catch_up=catch_up)
+    log = BatchLog()
+    run_available_now(kafka_stream(spark, options, force_python=True), tmp_path / "ck", log)
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in log.rows())
+    assert got == expected_offsets(topics, 2, 0, 25)
+    per_batch = [Counter((t, p) for t, p in zip(table.column("topic").to_pylist(), table.column("partition").to_pylist()))
+                 for table in log.tables.values() if table.num_rows]
+    if catch_up == "turns":  # two batches of two whole topics each
+        assert sorted(sorted({t for t, _ in batch}) for batch in per_batch) == [topics[:2], topics[2:]]
+        assert all(set(batch.values()) == {25} for batch in per_batch)
+    else:  # every partition in every batch
+        assert len(per_batch) == 2 and all(len(batch) == 8 for batch in per_batch)
+
+
 def test_pattern_picks_up_topics_created_while_running(spark, kafka_bootstrap, kafka_client_config, uid, tmp_path):
     first, later = f"pat-{uid}-first", f"pat-{uid}-later"
     create_topics(kafka_bootstrap, kafka_client_config, [first], 2)
