@@ -97,8 +97,7 @@ def merge_end(start: Mapping[str, int], latest: Mapping[str, int]) -> Offsets:
 CATCH_UP_MODES = ("turns", "even")
 
 #: In turns, one partition takes at most this fraction of the limit per turn: a deep backlog
-#: cannot hold the other partitions back for many batches, and a batch is never less than
-#: (1 - 1/TURN_SHARE) of the limit while whole backlogs remain.
+#: cannot hold the other partitions back for many batches.
 TURN_SHARE = 4
 
 
@@ -148,8 +147,8 @@ def take_turns(sizes: Mapping[str, int], budget: int, after: str | None) -> tupl
     When everything fits, everything is granted. Otherwise partitions take
     their turn one after the other (a topic's partitions are neighbours in key
     order), each taking its whole backlog up to ``budget // TURN_SHARE``; the
-    first turn that does not fit ends the batch and begins the next one, and
-    what a full round leaves is shared by the capped backlogs. A partition read
+    turn that does not fit fills the batch and the next batch goes on with it,
+    and what a full round leaves is shared by the capped backlogs. A partition read
     whole is fetched once, where an even share re-fetches the rest of its
     backlog every batch (a broker answers with up to the fetch size past the
     range) and every table it feeds gets a file and a commit per batch.
@@ -170,7 +169,9 @@ def take_turns(sizes: Mapping[str, int], budget: int, after: str | None) -> tupl
     remaining, last = budget, after
     for key in order:
         want = min(sizes[key], cap)
-        if want > remaining:
+        if want > remaining:  # the batch ends inside this turn, which the next batch goes on with
+            if remaining:
+                grant[key] = remaining
             break
         grant[key] = want
         remaining -= want

@@ -104,17 +104,25 @@ def _drain_in_turns(end: dict, budget: int) -> list[dict[str, tuple[int, int]]]:
 def test_turns_read_every_backlog_whole_and_once():
     end = {f"t{t:03d}/{p}": 3333 + t for t in range(200) for p in range(3)}
     batches = _drain_in_turns(end, 500_000)
-    assert len(batches) == 5
-    seen = Counter(key for batch in batches for key in batch)
-    assert seen == Counter(list(end))  # each partition in exactly one batch ...
-    assert all(batch[key] == (0, end[key]) for batch in batches for key in batch)  # ... from 0 to its end
+    assert len(batches) == 5  # 2,059,500 records: four full batches and the rest
     sizes = [sum(hi - lo for lo, hi in batch.values()) for batch in batches]
-    assert all(size <= 500_000 for size in sizes)
-    assert all(size >= 500_000 * 3 // 4 for size in sizes[:-1])
-    # a topic's partitions are neighbours: at most the two topics on a batch boundary are split
+    assert sizes[:-1] == [500_000] * 4 and sizes[-1] == sum(end.values()) - 2_000_000
+    seen = Counter(key for batch in batches for key in batch)
+    assert set(seen) == set(end)
+    # a partition is read in one batch, whole, except the one a batch ends inside: its next batch goes on
+    split = sorted(key for key, n in seen.items() if n > 1)
+    assert len(split) == len(batches) - 1 and all(seen[key] == 2 for key in split)
+    for key in end:
+        spans = sorted(batch[key] for batch in batches if key in batch)
+        assert spans[0][0] == 0 and spans[-1][1] == end[key]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    for earlier, later in zip(batches, batches[1:]):
+        assert len(set(earlier) & set(later)) == 1  # the next batch goes on with the partition cut
+    # a topic's partitions are neighbours: at most the topics on a batch boundary are split
     topics_per_batch = [{key.split("/")[0] for key in batch} for batch in batches]
-    split = [t for t in {t for ts in topics_per_batch for t in ts} if sum(t in ts for ts in topics_per_batch) > 1]
-    assert len(split) <= len(batches) - 1
+    split_topics = [t for t in {t for ts in topics_per_batch for t in ts}
+                    if sum(t in ts for ts in topics_per_batch) > 1]
+    assert len(split_topics) <= len(batches) - 1
 
 
 def test_even_shares_read_a_piece_of_every_backlog_each_batch():
@@ -138,13 +146,14 @@ def test_turns_grant_everything_when_it_fits():
     assert take_turns(sizes, 15, "a/0") == ({"a/0": 10, "c/0": 5}, "a/0")
 
 
-def test_a_turn_that_does_not_fit_begins_the_next_batch():
+def test_the_turn_that_does_not_fit_fills_the_batch_and_goes_on_in_the_next():
     sizes = {f"t/{p}": 10 for p in range(6)}
     grant, last = take_turns(sizes, 45, "t/1")
-    assert grant == {"t/2": 10, "t/3": 10, "t/4": 10, "t/5": 10}
-    assert last == "t/5"
-    grant, last = take_turns({k: n for k, n in sizes.items() if k not in grant}, 45, last)
-    assert grant == {"t/0": 10, "t/1": 10} and last == "t/5"
+    assert grant == {"t/2": 10, "t/3": 10, "t/4": 10, "t/5": 10, "t/0": 5}
+    assert last == "t/5"  # t/0's turn is not done: the next batch begins with it
+    grant, last = take_turns({"t/0": 5, "t/1": 10, "t/2": 30, "t/3": 30}, 45, last)
+    assert grant == {"t/0": 5, "t/1": 10, "t/2": 11, "t/3": 11} | {"t/0": 5, "t/2": 11 + 8}
+    assert last == "t/3"
 
 
 def test_a_deep_backlog_takes_at_most_a_quarter_per_turn_while_others_wait():
