@@ -147,8 +147,8 @@ def take_turns(sizes: Mapping[str, int], budget: int, after: str | None) -> tupl
     When everything fits, everything is granted. Otherwise partitions take
     their turn one after the other (a topic's partitions are neighbours in key
     order), each taking its whole backlog up to ``budget // TURN_SHARE``; the
-    turn that does not fit fills the batch and the next batch goes on with it,
-    and what a full round leaves is shared by the capped backlogs. A partition read
+    turn that does not fit fills the batch and the next batch goes on with it;
+    what a full round leaves goes to the capped backlogs, in the same order. A partition read
     whole is fetched once, where an even share re-fetches the rest of its
     backlog every batch (a broker answers with up to the fetch size past the
     range) and every table it feeds gets a file and a commit per batch.
