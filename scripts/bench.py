@@ -49,6 +49,7 @@ MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turn
                  "soak": {"topics": 0, "fan_in": False, "catch_up": "turns"},
                  "commit-scaling": {"topics": 200, "fan_in": False, "catch_up": "turns"}}
 NAMESPACE = "bench"
+CEILING_RUNS = 3
 FAN_IN_TABLE = f"{NAMESPACE}.all_orders"
 
 
@@ -233,12 +234,17 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        # the median of CEILING_RUNS drains: one drain on this broker measured 210,000-512,000 records/s
+        # across a day's runs, and the share of it is a target
         cpu = CpuSampler()
         before = cpu.sample()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            raw = pool.submit(data.raw_consume, stack.conf, topics, args.partitions, args.records).result()
+            raws = [pool.submit(data.raw_consume, stack.conf, topics, args.partitions, args.records).result()
+                    for _ in range(CEILING_RUNS)]
+        raw = statistics.median(raws)
         # cores: the broker's share (the consumer's own process lives between the two samples: machine_busy only)
         result["ceiling"] = {"seconds": round(raw, 3), "records_per_s": round(args.records / raw),
+                             "runs_records_per_s": [round(args.records / r) for r in raws],
                              "cores": cpu_per_second(before, cpu.sample())}
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)

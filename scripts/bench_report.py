@@ -58,7 +58,7 @@ def render_throughput(r: dict) -> list[str]:
     if "ceiling" in r:
         share = ours["records_per_s"] / r["ceiling"]["records_per_s"]
         lines.append(f"  raw confluent-kafka consume     {r['ceiling']['records_per_s']:>12,} records/s  "
-                     f"(one process, same data); our share {share:.0%}  target >= "
+                     f"(one process, same data{_runs(r['ceiling'])}); our share {share:.0%}  target >= "
                      f"{TARGETS['ceiling_share']:.0%}: {_verdict(share >= TARGETS['ceiling_share'])}")
         r["ceiling_share"] = round(share, 3)
     if "baseline" in r:
@@ -216,6 +216,11 @@ def render_scaling(r: dict) -> list[str]:
         cells = [fmt.format(c[k] if c[k] is not None else float("nan")) for k, fmt in SCALING_COLUMNS]
         lines.append("  " + " ".join(cells) + "  " + _memory(c["memory_peak_mb"]))
     return lines
+
+
+def _runs(ceiling: dict) -> str:
+    runs = ceiling.get("runs_records_per_s")
+    return f", median of {', '.join(f'{n:,}' for n in runs)}" if runs and len(runs) > 1 else ""
 
 
 def render(result: dict) -> str:
