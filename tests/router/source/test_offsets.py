@@ -135,10 +135,10 @@ def test_even_shares_read_a_piece_of_every_backlog_each_batch():
 def test_turns_begin_at_the_deepest_backlog_and_go_on_in_key_order():
     sizes = {"a/0": 10, "b/0": 40, "c/0": 10, "d/0": 10}
     grant, last = take_turns(sizes, 60, None)
-    assert grant == {"b/0": 15, "c/0": 10, "d/0": 10, "a/0": 10} | {"b/0": 15 + 15}
+    assert grant == {"b/0": 30, "c/0": 10, "d/0": 10, "a/0": 10}  # b/0: its turn of 15, then the rest
     assert last == "a/0"
     grant, last = take_turns({"a/0": 30, "b/0": 30, "c/0": 30}, 60, "a/0")
-    assert grant == {"b/0": 15, "c/0": 15, "a/0": 15} | {"b/0": 15 + 15}
+    assert grant == {"b/0": 30, "c/0": 15, "a/0": 15}
 
 
 def test_turns_grant_everything_when_it_fits():
@@ -152,7 +152,7 @@ def test_the_turn_that_does_not_fit_fills_the_batch_and_goes_on_in_the_next():
     assert grant == {"t/2": 10, "t/3": 10, "t/4": 10, "t/5": 10, "t/0": 5}
     assert last == "t/5"  # t/0's turn is not done: the next batch begins with it
     grant, last = take_turns({"t/0": 5, "t/1": 10, "t/2": 30, "t/3": 30}, 45, last)
-    assert grant == {"t/0": 5, "t/1": 10, "t/2": 11, "t/3": 11} | {"t/0": 5, "t/2": 11 + 8}
+    assert grant == {"t/0": 5, "t/1": 10, "t/2": 11 + 8, "t/3": 11}  # turns of 11, then the round's rest
     assert last == "t/3"
 
 
