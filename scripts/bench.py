@@ -118,7 +118,7 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         maintenance["max_snapshot_age_seconds"] = args.max_snapshot_age
     return parse_config({
         "kafka": {"bootstrap_servers": bootstrap, "pattern": pattern, "client": client,
-                  "max_records_per_batch": args.batch_records, "catch_up": getattr(args, "catch_up", "turns")},
+                  "max_records_per_batch": args.batch_records, "catch_up": args.catch_up},
         "registry": {"url": registry_url},
         "catalog": {"name": "bench", "properties": {
             "type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": (root / "warehouse").as_uri()}},

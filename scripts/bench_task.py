@@ -72,8 +72,8 @@ def run(records: int, n_topics: int, rounds: int, profile: bool) -> dict:
         topics = [f"orders.{i:03d}" for i in range(n_topics)]
         ids = data.register_topics(url, topics)
         pool = data.payload_pool()
-        args = argparse.Namespace(fan_in=True, expire_every=0, max_snapshot_age=0, batch_records=records,
-                                  trigger=1, commit_threads=0, commit_in="tasks")
+        args = argparse.Namespace(fan_in=True, catch_up="turns", expire_every=0, max_snapshot_age=0,
+                                  batch_records=records, trigger=1, commit_threads=0, commit_in="tasks")
         dispatcher = Dispatcher(job_config(args, root, "127.0.0.1:9", url, {}))
         rounds_out, profiler = [], None
         for batch_id in range(rounds + 1):

@@ -177,7 +177,7 @@ def take_turns(sizes: Mapping[str, int], budget: int, after: str | None) -> tupl
         remaining -= want
         last = key
     else:
-        for key in order:  # a full round: the capped backlogs share what is left
+        for key in order:  # a full round: what is left goes to the capped backlogs, in the same order
             more = min(sizes[key] - grant[key], remaining)
             grant[key] += more
             remaining -= more
