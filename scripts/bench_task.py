@@ -1,17 +1,22 @@
 """One Spark task's write path in process: what a record costs once it has been read.
 
-    python scripts/bench_task.py [--records 125000] [--topics 50] [--rounds 5] [--json FILE]
+    python scripts/bench_task.py [--records 125000] [--topics 50] [--rounds 5] [--layout runs|interleaved]
+                                 [--row-sort-baseline] [--profile] [--json FILE]
 
 Feeds `router.executor.tasks.process_partition` (route, decode, evolve, write,
 commit in the task) the Arrow batches a fused source task hands it: the
 throughput benchmark's records (~490 bytes, 12 fields) over `--topics` topics x
-3 partitions, one table per topic plus one fan-in table, a SQLite catalog and the
+3 partitions (by default each partition's records as one run, the way a
+consumer returns them), one table per topic plus one fan-in table, a SQLite catalog and the
 registry emulator, no Spark, broker or producer on the cores. The first round
 creates the tables and is reported apart; the steady rounds give seconds per
 task, microseconds per record and the task's own phase timings, so the
 per-record CPU cost of the write path can be told apart from reading and from
 the machine's load in the end-to-end benchmarks. With `--profile` the last
-round is also profiled (cProfile, top functions by own time).
+round is also profiled (cProfile, top functions by own time). With
+`--row-sort-baseline` every other steady round groups the records by a
+row-level sort (the executor's fallback for finely interleaved rows), so the
+two are compared in one process.
 """
 
 from __future__ import annotations
@@ -36,33 +41,52 @@ sys.path.insert(0, str(ROOT / "scripts"))
 SOURCE_BATCH_ROWS = 16384  # what the reader yields per Arrow batch (router/source/fetch.py)
 
 
-def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: list[bytes], first_offset: int):
+def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: list[bytes], first_offset: int,
+                   layout: str = "runs"):
+    """The batches a fused source task hands over.
+
+    "runs": each partition's records in offset order, partitions one after the
+    other in no particular order (how a consumer returns fetched partitions);
+    "interleaved": the topic changes every 3 records (a worst case for grouping).
+    """
+    import random
+
     import pyarrow as pa
 
     from router.source.schema import kafka_arrow_schema
 
     schema = kafka_arrow_schema()
-    prefixes = [struct.pack(">bI", 0, ids[t]) for t in topics]
+    prefixes = {t: struct.pack(">bI", 0, ids[t]) for t in topics}
+    if layout == "runs":
+        per_partition = records // (len(topics) * 3)
+        runs = [(t, p) for t in topics for p in range(3)]
+        random.Random(first_offset).shuffle(runs)
+        rows = [(t, p, first_offset + j) for t, p in runs for j in range(per_partition)]
+        rows += [(topics[0], 0, first_offset + per_partition + j) for j in range(records - len(rows))]
+    else:
+        rows = [(topics[(i // 3) % len(topics)], i % 3, first_offset + i) for i in range(records)]
     now = dt.datetime.now(dt.timezone.utc)
     out = []
     for start in range(0, records, SOURCE_BATCH_ROWS):
         idx = range(start, min(records, start + SOURCE_BATCH_ROWS))
         out.append(pa.RecordBatch.from_pydict({
             "key": [b"%d" % i for i in idx],
-            "value": [prefixes[(i // 3) % len(topics)] + pool[i % len(pool)] for i in idx],
-            "topic": [topics[(i // 3) % len(topics)] for i in idx], "partition": [i % 3 for i in idx],
-            "offset": [first_offset + i for i in idx], "timestamp": [now] * len(idx),
+            "value": [prefixes[rows[i][0]] + pool[i % len(pool)] for i in idx],
+            "topic": [rows[i][0] for i in idx], "partition": [rows[i][1] for i in idx],
+            "offset": [rows[i][2] for i in idx], "timestamp": [now] * len(idx),
             "timestampType": [0] * len(idx), "headers": [None] * len(idx)}, schema=schema))
     return out
 
 
-def run(records: int, n_topics: int, rounds: int, profile: bool) -> dict:
+def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "runs",
+        row_sort_baseline: bool = False) -> dict:
     import bench_data as data
     from bench import job_config
 
     from router.descriptors import STATS_ROW
     from router.devstack.registry_server import RegistryServer
     from router.driver.dispatcher import Dispatcher
+    from router.executor import partition
     from router.executor.tasks import process_partition
 
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-task-"))
@@ -76,9 +100,13 @@ def run(records: int, n_topics: int, rounds: int, profile: bool) -> dict:
                                   batch_records=records, trigger=1, commit_threads=0, commit_in="tasks")
         dispatcher = Dispatcher(job_config(args, root, "127.0.0.1:9", url, {}))
         rounds_out, profiler = [], None
+        segment_rows = partition.ROWS_PER_SEGMENT
         for batch_id in range(rounds + 1):
-            batches = source_batches(records, topics, ids, pool, batch_id * records)
+            batches = source_batches(records, topics, ids, pool, batch_id * records, layout)
             ctx = dispatcher.context(batch_id)
+            baseline_round = row_sort_baseline and batch_id % 2 == 0
+            # the baseline: every row sorted and gathered, however the records arrive
+            partition.ROWS_PER_SEGMENT = 1 << 40 if baseline_round else segment_rows
             if profile and batch_id == rounds:
                 profiler = cProfile.Profile()
                 profiler.enable()
@@ -90,17 +118,24 @@ def run(records: int, n_topics: int, rounds: int, profile: bool) -> dict:
             stats = next(pickle.loads(blob) for table, blob in zip(out[0].column("table").to_pylist(),
                                                                     out[0].column("descriptor").to_pylist())
                          if table == STATS_ROW)
-            rounds_out.append({"seconds": round(seconds, 3), **{k: round(stats.get(k, 0.0), 3) for k in
+            rounds_out.append({"seconds": round(seconds, 3), "row_sort": baseline_round, **{k: round(stats.get(k, 0.0), 3) for k in
                                                                  ("decode", "evolve", "write", "commit")}})
     finally:
+        partition.ROWS_PER_SEGMENT = segment_rows
         registry.stop()
-    steady = rounds_out[1:]
+    steady = [r for r in rounds_out[1:] if not r["row_sort"]]
     median = statistics.median(r["seconds"] for r in steady)
-    result = {"benchmark": "task", "records": records, "topics": n_topics, "tables": n_topics + 1,
+    result = {"benchmark": "task", "layout": layout, "records": records, "topics": n_topics, "tables": n_topics + 1,
               "first_round": rounds_out[0], "steady_rounds": steady,
               "steady_median_s": round(median, 3), "us_per_record": round(median / records * 1e6, 2),
               "steady_phase_median_s": {k: round(statistics.median(r[k] for r in steady), 3)
                                         for k in ("decode", "evolve", "write", "commit")}}
+    baseline = [r for r in rounds_out[1:] if r["row_sort"]]
+    if baseline:
+        result["row_sort_median_s"] = round(statistics.median(r["seconds"] for r in baseline), 3)
+        result["row_sort_phase_median_s"] = {k: round(statistics.median(r[k] for r in baseline), 3)
+                                             for k in ("decode", "evolve", "write", "commit")}
+        result["speedup_vs_row_sort"] = round(result["row_sort_median_s"] / median, 2)
     if profiler is not None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
@@ -114,12 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=125_000, help="records per task (a 500,000 batch over 4 tasks)")
     ap.add_argument("--topics", type=int, default=50, help="topics per task (200 over 4 tasks)")
     ap.add_argument("--rounds", type=int, default=5, help="steady rounds after the one that creates the tables")
+    ap.add_argument("--layout", choices=("runs", "interleaved"), default="runs",
+                    help="records as a consumer returns them (partition runs) or the topic changing every 3")
+    ap.add_argument("--row-sort-baseline", action="store_true",
+                    help="every other steady round sorts and gathers every row (the grouping before segments)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     from bench_report import emit
 
-    return emit(run(args.records, args.topics, args.rounds, args.profile), args.json_file)
+    return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline),
+                args.json_file)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ import datetime as dt
 import json
 import pickle
 
+import random
+
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import router.cli.demo_data as data
@@ -21,6 +24,7 @@ from router.config import CatalogConfig, parse_config
 from router.driver.dispatcher import Dispatcher
 from router.source.schema import kafka_arrow_schema
 from router.descriptors import STATS_ROW, TableResult
+from router.executor.partition import ROWS_PER_SEGMENT, sort_by_topic
 from router.executor.tasks import process_partition
 from tests.duckdb_reader import connect
 
@@ -259,3 +263,85 @@ def test_dead_letters_also_go_to_a_kafka_topic(tmp_path, registry_url, kafka_boo
     finally:
         consumer.close()
     assert len(read(catalog, f"{ns}.dead_letters", "value", order="1")) == 1
+
+
+def partition_runs(runs: list[tuple[str, int, int, int]], rows_per_batch: int) -> list[pa.RecordBatch]:
+    """(topic, partition, first offset, count) runs, laid out as a consumer hands them over, cut into batches."""
+    records = [(t, p, o, b"%s/%d/%d" % (t.encode(), p, o), None) for t, p, first, n in runs
+               for o in range(first, first + n)]
+    return [source_batch(records[i:i + rows_per_batch]) for i in range(0, len(records), rows_per_batch)]
+
+
+def row_sorted(table: pa.Table) -> list[tuple]:
+    order = pc.sort_indices(table, sort_keys=[("topic", "ascending"), ("partition", "ascending"),
+                                              ("offset", "ascending")])
+    return list(zip(*(table.take(order).column(c).to_pylist() for c in ("topic", "partition", "offset", "value"))))
+
+
+@pytest.mark.parametrize("layout", ["consumer runs", "in order", "record by record"])
+def test_sort_by_topic_orders_rows_and_finds_each_topic_run(layout):
+    # non-ASCII and upper-case names: runs come out in Arrow's (UTF-8 byte) order, as a row-level sort gives
+    topics = ["orders.b", "Orders.a", "orders.é", "orders.a"]
+    runs = [(t, p, first, 150) for t in topics for p in range(3) for first in (0, 150)]
+    if layout == "consumer runs":
+        random.Random(7).shuffle(runs)
+    elif layout == "record by record":
+        runs = [(t, p, o, 1) for o in range(300) for t in topics for p in range(3)]
+    source = pa.Table.from_batches(partition_runs(runs, rows_per_batch=1000))  # runs span batch boundaries
+
+    ordered, topic_runs = sort_by_topic(source)
+
+    assert list(zip(*(ordered.column(c).to_pylist() for c in ("topic", "partition", "offset", "value")))) \
+        == row_sorted(source)
+    assert [(t, start, n) for t, start, n in topic_runs] == \
+        [(t, i * 900, 900) for i, t in enumerate(sorted(topics, key=str.encode))]
+    assert all(ordered.column(c).num_chunks == 1 for c in ordered.column_names)
+
+
+def test_sort_by_topic_takes_the_row_sort_only_when_rows_interleave_finely(monkeypatch):
+    row_sorts = []
+    sort_indices = pc.sort_indices
+    monkeypatch.setattr(pc, "sort_indices", lambda *a, **k: row_sorts.append(1) or sort_indices(*a, **k))
+    fine = [(t, 0, o, 1) for o in range(128) for t in "ab"]                     # 256 segments of 1 row
+    coarse = [(t, 0, o, ROWS_PER_SEGMENT) for o in (0, ROWS_PER_SEGMENT) for t in "ab"]  # 4 of 64
+    for runs, sorted_by_row in ((fine, True), (coarse, False)):
+        row_sorts.clear()
+        ordered, topic_runs = sort_by_topic(pa.Table.from_batches(partition_runs(runs, 100)))
+        assert bool(row_sorts) == sorted_by_row
+        assert ordered.column("offset").to_pylist() == list(range(128)) * 2
+        assert topic_runs == [("a", 0, 128), ("b", 128, 128)]
+    empty = pa.Table.from_batches([], schema=kafka_arrow_schema())
+    assert sort_by_topic(empty) == (empty, [])
+
+
+def test_partition_runs_in_consumer_order_reach_every_table_once(catalog_config, registry_url, unique_name):
+    ns = unique_name("s")
+    names = [f"{ns}.t{i}" for i in range(3)]
+    encoders = {t: data.Encoder(data.ORDER_V1, data.register(registry_url, f"{t}-value", data.ORDER_V1))
+                for t in names}
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}"},
+        {"name": "all", "topic": rf"{ns}\..*", "table": f"{ns}.everything"}])
+    runs = [(t, p, first, 100) for t in names for p in range(2) for first in (0, 100)]
+    random.Random(3).shuffle(runs)
+    records = [(t, p, o, encoders[t](data.order(o * 10 + p)), None) for t, p, first, n in runs
+               for o in range(first, first + n)]
+    batches = [source_batch(records[i:i + 500]) for i in range(0, len(records), 500)]
+    results = {}
+    for out in process_partition(iter(batches), dispatcher.context(0)):  # one task, several source batches
+        for table, blob in zip(out.column("table").to_pylist(), out.column("descriptor").to_pylist()):
+            if table != STATS_ROW:
+                results[table] = pickle.loads(blob)
+    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.data_files],
+                        dispatcher.config.job.name, 0)
+    assert not report.failed, report.failed
+
+    expected = {t: sorted((p, o) for p in range(2) for o in range(200)) for t in names}
+    for t in names:
+        got = read(catalog_config, f"{ns}.{t.replace('.', '_')}", "_kafka_partition, _kafka_offset, id",
+                   order="_kafka_partition, _kafka_offset")
+        assert [(p, o) for p, o, _ in got] == expected[t]
+        assert [i for p, o, i in got] == [o * 10 + p for p, o in expected[t]]
+    everything = read(catalog_config, f"{ns}.everything", "_kafka_topic, _kafka_partition, _kafka_offset",
+                      order="1, 2, 3")
+    assert everything == [(t, p, o) for t in names for p, o in expected[t]]
