@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from router.arrays import one_chunk
+
 OFFSETS_PROPERTY = "icerouter.offsets.{job}"
 ANCESTORS_SEARCHED = 64  # snapshots walked back from the current one looking for our summary
 LETTER_SEPARATOR = "|"
@@ -140,7 +142,7 @@ def overlap(stored: Mapping[str, int], covered: Mapping[str, list]) -> tuple[lis
 
 
 def _array(values) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return one_chunk(values)
 
 
 def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = None) -> pa.Array:

@@ -14,6 +14,8 @@ import decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from router.arrays import one_chunk
+
 
 def _find(names: list[str], wanted: str, case_sensitive: bool) -> int:
     if case_sensitive:
@@ -54,8 +56,7 @@ def null_array(dtype: pa.DataType, length: int, nullable: bool = True) -> pa.Arr
 
 
 def align_array(array: pa.Array, target: pa.DataType, case_sensitive: bool = True) -> pa.Array:
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+    array = one_chunk(array)
     source = array.type
     if source == target:
         return array

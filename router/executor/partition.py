@@ -26,6 +26,7 @@ from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
 from router import progress
+from router.arrays import one_chunk
 from router.catalog import load_table
 from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, table_view
 from router.descriptors import DispatchContext, TableResult
@@ -71,7 +72,7 @@ def sort_by_topic(source: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]
     """
     if source.num_rows == 0:
         return source, []
-    topics = source.column("topic").combine_chunks().dictionary_encode()
+    topics = one_chunk(source.column("topic")).dictionary_encode()
     names = topics.dictionary.to_pylist()
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
@@ -104,8 +105,7 @@ def _topic_runs(names: list[str], codes: np.ndarray) -> list[tuple[str, int, int
 
 def schema_id_headers(headers) -> list | None:
     """Headers as Python lists, only when some record carries its schema id in a header (rare)."""
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
+    headers = one_chunk(headers)
     keys = pc.struct_field(headers.flatten(), "key") if len(headers.flatten()) else None
     if keys is None or not pc.any(pc.equal(keys, SCHEMA_ID_HEADER)).as_py():
         return None
@@ -123,7 +123,7 @@ def with_kafka_metadata(batch, source: pa.Table, rows: pa.Array) -> pa.Table:
         if name in names:
             continue
         names.append(name)
-        arrays.append(picked.column(column).combine_chunks())
+        arrays.append(one_chunk(picked.column(column)))
     return pa.Table.from_arrays(arrays, names=names)
 
 
@@ -175,7 +175,7 @@ class PartitionWriter:
                 self.dead_letter(positions, "unmatched", f"no route matches topic {topic!r}")
             return
         chunk = self.source.slice(start, length)
-        values = chunk.column("value").combine_chunks()
+        values = one_chunk(chunk.column("value"))
         tombstones = values.is_null()
         if pc.any(tombstones).as_py():
             if ctx.tombstones == "dlq":
@@ -203,7 +203,7 @@ class PartitionWriter:
         header_cols = {}
         for name in route.header_names:
             if name not in headers_cache:
-                headers_cache[name] = header_values(chunk.column("headers").combine_chunks(), name)
+                headers_cache[name] = header_values(one_chunk(chunk.column("headers")), name)
             header_cols[name] = pc.take(pa.array(headers_cache[name], pa.string()), local)
         for name, rx in route.headers:
             col = header_cols[name]

@@ -39,9 +39,8 @@ def process_partition(batches: Iterator[pa.RecordBatch], ctx: DispatchContext, r
     writer.timings["source"] = read_seconds
     writer.timings["records"] = source.num_rows
     read: dict = {}
-    progress.cover(progress.tp_keys(source.column("topic").combine_chunks(),
-                                    source.column("partition").combine_chunks()),
-                   source.column("offset").combine_chunks(), read)
+    progress.cover(progress.tp_keys(source.column("topic"), source.column("partition")), source.column("offset"),
+                   read)
     writer.timings[READ_STAT] = read
     if ranges is not None:  # lets a redirect pass re-read exactly what this task read
         writer.timings[RANGES_STAT] = [tuple(r) for r in ranges]

@@ -7,6 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from router.arrays import one_chunk
+
 
 def header_values(headers: pa.Array, name: str) -> list[str | None]:
     """The (last) value of header `name` per row, as text; None when absent or not UTF-8."""
@@ -31,6 +33,4 @@ def field_column(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | None
         if part not in names:
             return None
         column = column.column(part) if hasattr(column, "schema") else pc.struct_field(column, part)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return column
+    return one_chunk(column)

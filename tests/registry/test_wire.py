@@ -57,7 +57,7 @@ def test_split_frames_on_sliced_array_keeps_positions():
 def test_container_block_layout():
     """Count, size, then varint(SALT+i) in place of each 5-byte prefix, then sync."""
     framed = pa.array([b"\x00\x00\x00\x00\x01" + b"ab", b"\x00\x00\x00\x00\x01"], type=pa.binary())
-    block = container_block(framed, 5).tobytes()
+    block = container_block(framed, 5)
     assert block[0] == 4 and block[1] == 2 * (2 * CHECK_BYTES + 2)  # zigzag(2), zigzag(12)
     first = block[2: 2 + CHECK_BYTES]
     value, shift = 0, 0
@@ -67,5 +67,7 @@ def test_container_block_layout():
     assert value >> 1 == SALT
     assert block[2 + CHECK_BYTES: 4 + CHECK_BYTES] == b"ab"
     # other prefix lengths produce the same block
-    assert container_block(pa.array([b"ab", b""]), 0).tobytes() == block
-    assert container_header('"long"').startswith(b"Obj\x01")
+    assert container_block(pa.array([b"ab", b""]), 0) == block
+    assert container_block(pa.array([b"xyzab", b"xyz"]), 3) == block
+    header = container_header('"long"')
+    assert header.startswith(b"Obj\x01") and container_block(framed, 5, header) == header + block
