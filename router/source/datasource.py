@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from router.source.exceptions import OffsetsError, SourceOptionsError
-from router.source.fetch import read_ranges
+from router.source.fetch import coalesce, read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
     EARLIEST, LATEST, Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges,
@@ -147,7 +147,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
-        return read_ranges(partition.options_json, [Range(*r) for r in partition.ranges])
+        # one batch per partition read suits the executor; Spark pays per batch it receives
+        return coalesce(read_ranges(partition.options_json, [Range(*r) for r in partition.ranges]))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in the checkpoint and in Iceberg table properties."""

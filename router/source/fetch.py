@@ -14,9 +14,10 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from router.source.exceptions import BrokerError, ReadStalledError
 from router.source.offsets import Range
@@ -41,6 +42,8 @@ CONSUMER_DEFAULTS = {
 }
 
 BATCH_ROWS = 16384
+#: Accepted messages a task holds as Python objects before every partition's are turned into batches.
+HELD_ROWS = 4 * BATCH_ROWS
 #: Messages asked for per consume() call: no more than the ranges still need per unfinished partition
 #: on average, within [MIN_CONSUME_CHUNK, CONSUME_CHUNK]. A fetch brings a partition's records past
 #: `until` too (up to max.partition.fetch.bytes; the local broker sends the whole tail), and they become
@@ -95,7 +98,7 @@ def drop_consumer(options_json: str) -> None:
 
 @dataclass
 class _Cursor:
-    """Progress of one range inside a task."""
+    """Progress of one range inside a task, and the messages accepted but not yet turned into a batch."""
 
     range: Range
     seen_first: bool = False
@@ -106,6 +109,8 @@ class _Cursor:
         self.from_offset = self.range.from_offset
         self.until = self.range.until
         self.last = self.range.until - 1
+        self.messages: list = []
+        self.offsets: list[np.ndarray] = []
 
 
 def _check_start(r: Range, offset: int) -> None:
@@ -117,38 +122,55 @@ def _check_start(r: Range, offset: int) -> None:
 
 
 class _BatchBuilder:
-    """Accepted messages of one Arrow batch; columns are built with comprehensions at flush."""
+    """Turns one partition's accepted messages into an Arrow batch.
+
+    A batch never mixes partitions: topic and partition are constants, the
+    offsets were read once when the messages were accepted, and the rows come
+    out in the runs the executor groups by (router/executor/partition.py).
+    """
 
     def __init__(self, include_headers: bool = True, null_empty_headers: bool = True) -> None:
         self.schema = kafka_arrow_schema(include_headers)
         self.include_headers = include_headers
         self.no_headers = None if null_empty_headers else []
-        self.messages: list = []
 
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    def flush(self) -> pa.RecordBatch:
-        msgs, self.messages = self.messages, []
-        s = self.schema
-        stamps = [m.timestamp() for m in msgs]
+    def flush(self, cur: _Cursor) -> pa.RecordBatch:
+        msgs, offsets = cur.messages, cur.offsets
+        cur.messages, cur.offsets = [], []
+        n, s = len(msgs), self.schema
+        stamps = list(map(Message.timestamp, msgs))
         ts_type = pa.array([t for t, _ in stamps], pa.int32())
         millis = pa.array([ms for _, ms in stamps], pa.int64())
         available = pc.not_equal(ts_type, 0)
         micros = pc.if_else(available, pc.multiply(millis, 1000), None).cast(s.field("timestamp").type)
         columns = [
-            pa.array([m.key() for m in msgs], s.field("key").type),
-            pa.array([m.value() for m in msgs], s.field("value").type),
-            pa.array([m.topic() for m in msgs], s.field("topic").type),
-            pa.array([m.partition() for m in msgs], s.field("partition").type),
-            pa.array([m.offset() for m in msgs], s.field("offset").type),
+            pa.array(list(map(Message.key, msgs)), s.field("key").type),
+            pa.array(list(map(Message.value, msgs)), s.field("value").type),
+            pa.array([cur.range.topic] * n, s.field("topic").type),
+            pa.array(np.full(n, cur.range.partition, dtype=np.int32), s.field("partition").type),
+            pa.array(np.concatenate(offsets) if len(offsets) > 1 else offsets[0], s.field("offset").type),
             micros,
             # confluent-kafka's (0 n/a, 1 create, 2 append) -> Kafka's (-1, 0, 1)
             pc.subtract(ts_type, 1),
         ]
         if self.include_headers:
-            columns.append(pa.array([m.headers() or self.no_headers for m in msgs], s.field("headers").type))
+            no_headers = self.no_headers
+            columns.append(pa.array([h or no_headers for h in map(Message.headers, msgs)], s.field("headers").type))
         return pa.RecordBatch.from_arrays(columns, schema=s)
+
+
+def coalesce(batches: Iterable[pa.RecordBatch], rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Join consecutive small batches into batches of about ``rows`` (for consumers that pay per batch)."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield held[0] if len(held) == 1 else pa.concat_batches(held)
+            held, count = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.RecordBatch]:
@@ -187,51 +209,100 @@ def _next_messages(consumer: Consumer, timeout: float, chunk: int = CONSUME_CHUN
     return [msg] if msg is not None else []
 
 
+def _runs(messages: list) -> Iterator[tuple[str, int, int, int]]:
+    """(topic, partition, start, stop) of each stretch of consecutive messages from one partition."""
+    topics = np.array(list(map(Message.topic, messages)), dtype=object)
+    partitions = np.fromiter(map(Message.partition, messages), dtype=np.int64, count=len(messages))
+    cuts = np.flatnonzero((topics[1:] != topics[:-1]) | (partitions[1:] != partitions[:-1])) + 1
+    bounds = [0, *cuts.tolist(), len(messages)]
+    for a, b in zip(bounds, bounds[1:]):
+        yield topics[a], int(partitions[a]), a, b
+
+
 def _consume(
     consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
+    """Read until every cursor is done; yields one partition's records per batch.
+
+    Messages are handled in stretches of one partition (a fetch answers per
+    partition, so a consume() call returns few of them): the offsets of a
+    stretch are read at once and compared with the range as an array, and no
+    Python code runs per message except the column builders at flush.
+    """
     builder = _BatchBuilder(options.include_headers, options.null_empty_headers)
-    accepted = builder.messages
     pending = len(cursors)
     remaining = sum(c.range.count for c in cursors.values())  # records the unfinished ranges may still hold
-    finished: list[_Cursor] = []
+    held = 0  # accepted messages not yet in a batch
     idle = 0
     while pending:
-        progressed = False
         chunk = max(MIN_CONSUME_CHUNK, min(CONSUME_CHUNK, remaining // pending))
-        for msg in _next_messages(consumer, options.poll_timeout, chunk):
-            cur = cursors.get((msg.topic(), msg.partition()))
-            if cur is None or cur.done:
-                continue
-            err = msg.error()
-            if err is not None:
+        messages = _next_messages(consumer, options.poll_timeout, chunk)
+        errors = list(map(Message.error, messages))
+        if not any(errors):  # KafkaError is always true; its == does not take None
+            pieces: list = [(0, len(messages))]
+        else:  # end-of-partition events and broker errors are handled one by one, in order
+            pieces, at = [], 0
+            for i, err in enumerate(errors):
+                if err is not None:
+                    pieces += [(at, i), i]
+                    at = i + 1
+            pieces.append((at, len(messages)))
+        progressed = False
+        finished: list[_Cursor] = []
+        for piece in pieces:
+            if isinstance(piece, int):  # an event or an error
+                msg = messages[piece]
+                cur = cursors.get((msg.topic(), msg.partition()))
+                if cur is None or cur.done:
+                    continue
+                err = msg.error()
                 if err.code() == KafkaError._PARTITION_EOF:
                     # end of partition before `until`: the rest were markers or compacted
-                    cur.done = progressed = True
-                    pending -= 1
-                    remaining -= cur.range.count - cur.accepted
+                    progressed = cur.done = True
                     finished.append(cur)
-                    continue
-                if err.fatal() or not err.retriable():
+                elif err.fatal() or not err.retriable():
                     raise BrokerError(f"broker error: {err.str()}", topic=msg.topic(), partition=msg.partition())
-                log.warning("retriable Kafka error on %s/%s: %s", msg.topic(), msg.partition(), err.str())
+                else:
+                    log.warning("retriable Kafka error on %s/%s: %s", msg.topic(), msg.partition(), err.str())
                 continue
-            progressed = True
-            offset = msg.offset()
-            if not cur.seen_first:
-                cur.seen_first = True
-                _check_start(cur.range, offset)
-            if offset < cur.from_offset:
+            a, b = piece
+            if a == b:
                 continue
-            if offset < cur.until:
-                accepted.append(msg)
-                cur.accepted += 1
-                remaining -= 1
-            if offset >= cur.last:
-                cur.done = True
-                pending -= 1
-                remaining -= cur.range.count - cur.accepted
-                finished.append(cur)
+            stretch = messages[a:b]
+            offsets = np.fromiter(map(Message.offset, stretch), dtype=np.int64, count=b - a)
+            for topic, partition, lo, hi in _runs(stretch):
+                cur = cursors.get((topic, partition))
+                if cur is None or cur.done:
+                    continue
+                progressed = True
+                offs = offsets[lo:hi]
+                if not cur.seen_first:
+                    cur.seen_first = True
+                    _check_start(cur.range, int(offs[0]))
+                keep = (offs >= cur.from_offset) & (offs < cur.until)
+                kept = int(np.count_nonzero(keep))
+                if kept == hi - lo:
+                    cur.messages.extend(stretch[lo:hi])
+                    cur.offsets.append(offs)
+                elif kept:
+                    picked = np.flatnonzero(keep)
+                    cur.messages.extend(stretch[lo + i] for i in picked.tolist())
+                    cur.offsets.append(offs[picked])
+                cur.accepted += kept
+                remaining -= kept
+                held += kept
+                if int(offs.max()) >= cur.last:
+                    cur.done = True
+                    finished.append(cur)
+        for cur in finished:
+            pending -= 1
+            remaining -= cur.range.count - cur.accepted
+        if held >= HELD_ROWS or finished:
+            # finished partitions go out at once; the others when the task holds too many messages
+            for cur in (cursors.values() if held >= HELD_ROWS else finished):
+                if cur.messages:
+                    held -= len(cur.messages)
+                    yield builder.flush(cur)
         if not progressed:
             idle += 1
             if idle >= options.max_idle_polls:
@@ -244,16 +315,8 @@ def _consume(
                 )
             continue
         idle = 0
-        if len(accepted) >= BATCH_ROWS:
-            yield builder.flush()
-            accepted = builder.messages
         # stop fetching partitions that are finished (and drop what librdkafka holds of them)
         if finished and pending:
             tps = [TopicPartition(c.range.topic, c.range.partition) for c in finished]
             consumer.pause(tps)
             paused.extend(tps)
-            for c in finished:
-                c.paused = True
-        finished = []
-    if accepted:
-        yield builder.flush()
