@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import time
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from router.source.exceptions import ReadStalledError
-from router.source.fetch import read_ranges
+from router.source.fetch import coalesce, read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import Range
 from router.source.options import KafkaSourceOptions
@@ -28,7 +29,11 @@ def _opts(bootstrap, config, topics, **kw):
 def _rows(options, ranges):
     batches = list(read_ranges(options.to_json(), ranges))
     for b in batches:
-        assert b.schema.equals(kafka_arrow_schema())
+        assert b.schema.equals(kafka_arrow_schema(options.include_headers))
+        # one partition per batch, in offset order: the executor groups records by these runs
+        assert len(set(zip(b.column("topic").to_pylist(), b.column("partition").to_pylist()))) == 1
+        offsets = b.column("offset").to_pylist()
+        assert offsets == sorted(set(offsets))
     return [row for b in batches for row in b.to_pylist()]
 
 
@@ -168,3 +173,37 @@ def test_reading_the_head_of_a_backlog_leaves_the_tail_inside_librdkafka(kafka_b
     returned.clear()  # and the next range of the same partitions starts where the last stopped
     rows = _rows(opts, [Range(t, p, 100, 400) for t in topics for p in range(3)])
     assert len(rows) == 12 * 300 and {r["offset"] for r in rows} == set(range(100, 400))
+
+
+def test_a_task_holding_too_many_messages_turns_every_partition_into_batches(kafka_bootstrap, kafka_client_config, uid,
+                                                                         monkeypatch):
+    import router.source.fetch as fetch
+
+    topics = [f"held-{uid}-{i}" for i in range(3)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 2)
+    produce(kafka_bootstrap, kafka_client_config, topics, 2, 30)
+    held = []
+    flush = fetch._BatchBuilder.flush
+
+    def counting(self, cur):
+        held.append(len(cur.messages))
+        return flush(self, cur)
+
+    monkeypatch.setattr(fetch, "HELD_ROWS", 8)
+    monkeypatch.setattr(fetch, "CONSUME_CHUNK", 5)  # a partition's range arrives over several calls
+    monkeypatch.setattr(fetch, "MIN_CONSUME_CHUNK", 1)
+    monkeypatch.setattr(fetch._BatchBuilder, "flush", counting)
+    ranges = [Range(t, p, 2, 29) for t in topics for p in range(2)]
+    rows = _rows(_opts(kafka_bootstrap, kafka_client_config, topics), ranges)
+    assert sorted((r["topic"], r["partition"], r["offset"]) for r in rows) == \
+        sorted((r.topic, r.partition, o) for r in ranges for o in range(2, 29))
+    assert sum(held) == len(rows) == 6 * 27
+    assert len(held) > len(ranges)  # partitions were cut before their end, each part a batch of its own
+
+
+def test_coalesce_joins_small_batches_in_order():
+    small = [pa.RecordBatch.from_pydict({"offset": list(range(i * 3, i * 3 + 3))}) for i in range(7)]
+    joined = list(coalesce(iter(small), rows=8))
+    assert [b.num_rows for b in joined] == [9, 9, 3]
+    assert [o for b in joined for o in b.column("offset").to_pylist()] == list(range(21))
+    assert list(coalesce(iter([]))) == []
