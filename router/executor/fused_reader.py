@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from router.descriptors import descriptor_spark_schema
 from router.exceptions import crossing_process_boundary
-from router.executor.tasks import process_partition
+from router.executor.tasks import collector_paused, process_partition
 from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
 from router.source.fetch import read_ranges
 from router.source.offsets import Range, pack_ranges
@@ -75,7 +75,7 @@ def write_handoff(path: str, tables: Sequence[str], batch_id: int | None = None)
 def process_ranges(options_json: str, ranges: Sequence[tuple], ctx) -> Iterator[pa.RecordBatch]:
     """Read offset ranges and run the write path on them; yields descriptor batches."""
     started = time.perf_counter()
-    with crossing_process_boundary():
+    with crossing_process_boundary(), collector_paused():
         batches = list(read_ranges(options_json, [Range(*r) for r in ranges]))
     read_seconds = time.perf_counter() - started
     yield from process_partition(iter(batches), ctx, read_seconds=read_seconds, ranges=ranges)
