@@ -54,6 +54,7 @@ CONSUME_CHUNK = 10000
 MIN_CONSUME_CHUNK = 100
 
 _CONSUMERS: dict[str, Consumer] = {}
+_KNOWN_TOPICS: dict[str, set[str]] = {}  # per cached consumer: topics it has metadata for
 _LOCK = threading.Lock()
 
 
@@ -89,6 +90,7 @@ def close_consumers() -> None:
 def drop_consumer(options_json: str) -> None:
     with _LOCK:
         consumer = _CONSUMERS.pop(options_json, None)
+        _KNOWN_TOPICS.pop(options_json, None)
     if consumer is not None:
         try:
             consumer.close()
@@ -181,6 +183,7 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
         return
     consumer = cached_consumer(options_json, options)
     try:
+        _learn_topics(consumer, options_json, options, {t for t, _ in cursors})
         consumer.assign([TopicPartition(t, p, c.range.from_offset) for (t, p), c in cursors.items()])
         paused: list[TopicPartition] = []
         yield from _consume(consumer, options, cursors, paused)
@@ -194,6 +197,28 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
         raise
     else:
         consumer.unassign()
+
+
+def _learn_topics(consumer: Consumer, options_json: str, options: KafkaSourceOptions, topics: set[str]) -> None:
+    """Ask for the cluster's metadata before assigning partitions of topics this consumer has not seen.
+
+    A reused consumer assigned partitions of a topic it has no metadata for
+    fetched nothing for ~0.7 s (measured on 78 partitions of 26 new topics:
+    0.86-1.03 s against 0.31 s for a fresh consumer or one that asked first; the
+    request took 1-2 ms). Catching up in turns gives each batch new topics. A
+    failed request is only a missed shortcut: the read goes on and reports the
+    broker itself if it stays unreachable.
+    """
+    with _LOCK:
+        known = _KNOWN_TOPICS.setdefault(options_json, set())
+        if topics <= known:
+            return
+    try:
+        metadata = consumer.list_topics(timeout=options.poll_timeout)
+    except KafkaException:
+        return
+    with _LOCK:
+        known.update(t for t, meta in metadata.topics.items() if meta.error is None)
 
 
 def _next_messages(consumer: Consumer, timeout: float, chunk: int = CONSUME_CHUNK) -> list:

@@ -207,3 +207,20 @@ def test_coalesce_joins_small_batches_in_order():
     assert [b.num_rows for b in joined] == [9, 9, 3]
     assert [o for b in joined for o in b.column("offset").to_pylist()] == list(range(21))
     assert list(coalesce(iter([]))) == []
+
+
+def test_a_reused_consumer_learns_each_topic_once(kafka_bootstrap, kafka_client_config, uid):
+    """Metadata is asked for before partitions of topics the consumer has not seen are assigned
+    (without it a reused consumer's first fetch of a new topic stalled ~0.7 s)."""
+    import router.source.fetch as fetch
+
+    topics = [f"learn-{uid}-{i}" for i in range(3)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 1)
+    produce(kafka_bootstrap, kafka_client_config, topics, 1, 5)
+    opts = _opts(kafka_bootstrap, kafka_client_config, topics)
+    fetch.drop_consumer(opts.to_json())
+    for i, topic in enumerate(topics):
+        assert [r["offset"] for r in _rows(opts, [Range(topic, 0, 0, 5)])] == list(range(5))
+        assert set(topics[: i + 1]) <= fetch._KNOWN_TOPICS[opts.to_json()]
+    fetch.drop_consumer(opts.to_json())
+    assert opts.to_json() not in fetch._KNOWN_TOPICS
