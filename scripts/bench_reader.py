@@ -1,6 +1,7 @@
 """The Kafka reader of this checkout against the reader of a git revision, in one process.
 
-    python scripts/bench_reader.py [--against HEAD] [--records 249600] [--topics 26] [--rounds 6] [--json FILE]
+    python scripts/bench_reader.py [--against HEAD] [--records 249600] [--topics 26] [--rounds 6] [--new-topics]
+                                   [--json FILE]
 
 One fused task's share of the throughput benchmark (`--topics` topics x 3
 partitions, ~500-byte values, every partition's whole range) is read with
@@ -8,7 +9,9 @@ partitions, ~500-byte values, every partition's whole range) is read with
 at `--against` (loaded from git as a module of its own), alternating, against
 a local noida-db broker. Reports the median wall and CPU seconds of each (the
 first round of each is a warm-up) and their ratios. CPU is the process's: the
-Python thread and librdkafka's threads.
+Python thread and librdkafka's threads. With `--new-topics` every read takes
+topics no consumer of the process has read yet (as each batch of a catch-up in
+turns does), so what a reused consumer pays for a new topic set shows.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def load_revision(rev: str):
     return module
 
 
-def run(against: str, records: int, n_topics: int, rounds: int) -> dict:
+def run(against: str, records: int, n_topics: int, rounds: int, new_topics: bool = False) -> dict:
     from bench_source import produce
 
     import router.source.fetch as current
@@ -53,19 +56,21 @@ def run(against: str, records: int, n_topics: int, rounds: int) -> dict:
     broker.start()
     try:
         conf = {k: str(v) for k, v in client_config(broker.bootstrap).items()}
-        topics = [f"bench-reader-{i:03d}" for i in range(n_topics)]
+        groups = 2 * rounds if new_topics else 1
+        topics = [f"bench-reader-{i:04d}" for i in range(n_topics * groups)]
         per_partition = records // (n_topics * 3)
-        print(f"producing {per_partition * n_topics * 3:,} records over {n_topics} topics x 3 partitions ...",
+        print(f"producing {per_partition * len(topics) * 3:,} records over {len(topics)} topics x 3 partitions ...",
               flush=True)
-        produce(conf, topics, 3, per_partition * n_topics * 3, 500)
+        produce(conf, topics, 3, per_partition * len(topics) * 3, 500)
         time.sleep(8)  # the local broker snapshots what it was sent; let that finish first
         options = KafkaSourceOptions(conf["bootstrap.servers"], topics=tuple(topics),
                                      client_config={k: v for k, v in conf.items() if k != "bootstrap.servers"})
         options_json = options.to_json()
-        ranges = [Range(t, p, 0, per_partition) for t in topics for p in range(3)]
         runs: dict[str, list] = {"current": [], "baseline": []}
         for i in range(2 * rounds):
             label, module = (("baseline", baseline), ("current", current))[i % 2]
+            group = topics[(i % groups) * n_topics: (i % groups + 1) * n_topics]
+            ranges = [Range(t, p, 0, per_partition) for t in group for p in range(3)]
             wall, cpu = time.perf_counter(), time.process_time()
             batches = list(module.read_ranges(options_json, ranges))
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -76,7 +81,7 @@ def run(against: str, records: int, n_topics: int, rounds: int) -> dict:
         baseline.close_consumers()
         current.close_consumers()
         broker.stop()
-    out = {"benchmark": "reader", "against": against, "records": per_partition * len(ranges),
+    out = {"benchmark": "reader", "against": against, "new_topics": new_topics, "records": per_partition * len(ranges),
            "partitions": len(ranges), "runs": runs}
     for label, rs in runs.items():
         steady = rs[1:]
@@ -92,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=249_600, help="records per read (one task's share)")
     ap.add_argument("--topics", type=int, default=26)
     ap.add_argument("--rounds", type=int, default=6, help="reads of each reader")
+    ap.add_argument("--new-topics", action="store_true", help="every read takes topics not read before")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     from bench_report import emit
 
-    return emit(run(args.against, args.records, args.topics, args.rounds), args.json_file)
+    return emit(run(args.against, args.records, args.topics, args.rounds, args.new_topics), args.json_file)
 
 
 if __name__ == "__main__":

@@ -118,8 +118,8 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
             stats = next(pickle.loads(blob) for table, blob in zip(out[0].column("table").to_pylist(),
                                                                     out[0].column("descriptor").to_pylist())
                          if table == STATS_ROW)
-            rounds_out.append({"seconds": round(seconds, 3), "row_sort": baseline_round, **{k: round(stats.get(k, 0.0), 3) for k in
-                                                                 ("decode", "evolve", "write", "commit")}})
+            phases = {k: round(stats.get(k, 0.0), 3) for k in ("decode", "evolve", "write", "commit")}
+            rounds_out.append({"seconds": round(seconds, 3), "row_sort": baseline_round, **phases})
     finally:
         partition.ROWS_PER_SEGMENT = segment_rows
         registry.stop()
