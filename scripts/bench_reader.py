@@ -52,6 +52,8 @@ def run(against: str, records: int, n_topics: int, rounds: int, new_topics: bool
     from router.source.offsets import Range
 
     baseline = load_revision(against)
+    against = subprocess.run(["git", "rev-parse", "--short", against], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.strip()
     broker = LocalBroker(tempfile.mkdtemp(prefix="icerouter-bench-reader-broker-"))
     broker.start()
     try:
