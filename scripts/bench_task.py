@@ -38,21 +38,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-SOURCE_BATCH_ROWS = 16384  # what the reader yields per Arrow batch (router/source/fetch.py)
-
-
 def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: list[bytes], first_offset: int,
                    layout: str = "runs"):
     """The batches a fused source task hands over.
 
     "runs": each partition's records in offset order, partitions one after the
-    other in no particular order (how a consumer returns fetched partitions);
-    "interleaved": the topic changes every 3 records (a worst case for grouping).
+    other in no particular order (how a consumer returns fetched partitions), one
+    partition per batch as the reader hands them over; "interleaved": the topic
+    changes every 3 records (a worst case for grouping), batches of the reader's size.
     """
     import random
 
     import pyarrow as pa
 
+    from router.source.fetch import BATCH_ROWS
     from router.source.schema import kafka_arrow_schema
 
     schema = kafka_arrow_schema()
@@ -65,10 +64,15 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
         rows += [(topics[0], 0, first_offset + per_partition + j) for j in range(records - len(rows))]
     else:
         rows = [(topics[(i // 3) % len(topics)], i % 3, first_offset + i) for i in range(records)]
+    # where a batch ends: every BATCH_ROWS rows, and (runs) wherever the partition changes
+    cuts = set(range(0, records, BATCH_ROWS)) | {records}
+    if layout == "runs":
+        cuts |= {i for i in range(1, records) if rows[i][:2] != rows[i - 1][:2]}
+    bounds = sorted(cuts)
     now = dt.datetime.now(dt.timezone.utc)
     out = []
-    for start in range(0, records, SOURCE_BATCH_ROWS):
-        idx = range(start, min(records, start + SOURCE_BATCH_ROWS))
+    for start, stop in zip(bounds, bounds[1:]):
+        idx = range(start, stop)
         out.append(pa.RecordBatch.from_pydict({
             "key": [b"%d" % i for i in idx],
             "value": [prefixes[rows[i][0]] + pool[i % len(pool)] for i in idx],
