@@ -34,7 +34,8 @@ from typing import Any, Mapping
 
 from evolution.exceptions import PolicyConfigError
 
-__all__ = ["Mode", "EvolutionPolicy", "PolicySet", "ENTITIES", "ALLOWED_MODES", "parse_policy_spec"]
+__all__ = ["Mode", "EvolutionPolicy", "PolicyOverrides", "PolicySet", "ENTITIES", "ALLOWED_MODES",
+           "parse_policy_spec"]
 
 
 class Mode(str, Enum):
@@ -140,6 +141,25 @@ def parse_policy_spec(spec: Any, topic: str | None = None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class PolicyOverrides:
+    """One validated spec (a route's rule): only the keys it names, parsed once at load."""
+
+    values: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, spec: Any, topic: str | None = None) -> PolicyOverrides | None:
+        """None for no spec; raises PolicyConfigError naming the bad key."""
+        if spec is None:
+            return None
+        if isinstance(spec, PolicyOverrides):
+            return spec
+        return cls(tuple(parse_policy_spec(spec, topic=topic).items()))
+
+    def apply(self, policy: EvolutionPolicy) -> EvolutionPolicy:
+        return replace(policy, **dict(self.values))
+
+
+@dataclass(frozen=True)
 class PolicySet:
     """Global policy plus per-topic-pattern overrides, validated once at load."""
 
@@ -172,7 +192,9 @@ class PolicySet:
         if route_policy is not None:
             if isinstance(route_policy, EvolutionPolicy):
                 return route_policy
-            policy = replace(policy, **parse_policy_spec(route_policy, topic=topic))
+            if not isinstance(route_policy, PolicyOverrides):  # a raw spec (tests, ad-hoc callers)
+                route_policy = PolicyOverrides.parse(route_policy, topic=topic)
+            policy = route_policy.apply(policy)
         return policy
 
     def __reduce__(self):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Sequence
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
@@ -21,7 +21,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Time
 from evolution.avro import avro_field_aliases
 from evolution.changes import EvolutionPlan, MappedSchema
 from evolution.plan import plan_evolution
-from evolution.policy import EvolutionPolicy, Mode, PolicySet
+from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
 
 __all__ = ["KAFKA_METADATA", "SchemaDecision", "projected_names", "table_view", "resolve_policy",
            "plan_table", "decide", "decide_schema"]
@@ -80,7 +80,8 @@ def table_view(schema: Schema, *, columns: Sequence[str] | None, metadata_column
     return MappedSchema(schema, {}, source) if source else schema
 
 
-def resolve_policy(policies: PolicySet, topic: str, route_policy: Any, auto_create: bool) -> EvolutionPolicy:
+def resolve_policy(policies: PolicySet, topic: str, route_policy: PolicyOverrides | None,
+                   auto_create: bool) -> EvolutionPolicy:
     """Route rule over topic pattern over default; a missing table is dead-lettered when
     ``tables.auto_create`` is off (unless the policy already refuses it harder)."""
     policy = policies.resolve(topic, route_policy)

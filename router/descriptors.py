@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
+from evolution.policy import PolicySet
+from registry.config import RegistryConfig
 from router import progress
 from router.config import CatalogConfig, DlqConfig, MaintenanceConfig, TablesConfig
 from router.routing import RoutingTable
@@ -42,9 +44,9 @@ class DispatchContext:
     job: str
     batch_id: int
     catalog: CatalogConfig
-    registry: Any  # registry.config.RegistryConfig
+    registry: RegistryConfig
     routing: RoutingTable
-    policies: Any  # evolution.policy.PolicySet
+    policies: PolicySet
     tables: TablesConfig
     dlq: DlqConfig
     unmatched: str = "dlq"

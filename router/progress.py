@@ -147,10 +147,10 @@ def _array(values) -> pa.Array:
 
 def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = None) -> pa.Array:
     """"topic/partition" per row, or "<table>|topic/partition" when `tables` (dead letters) is given."""
-    topics, partitions = _array(topics), _array(partitions)
+    topics, partitions = _array(topics).cast(pa.string()), _array(partitions)
     keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), "/")
     if tables is not None:
-        keys = pc.binary_join_element_wise(pc.fill_null(_array(tables), ""), keys, LETTER_SEPARATOR)
+        keys = pc.binary_join_element_wise(pc.fill_null(_array(tables).cast(pa.string()), ""), keys, LETTER_SEPARATOR)
     return keys
 
 

@@ -81,7 +81,7 @@ def run_commits(tables: int, rounds: int, retain: int) -> dict:
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
     from bench_commit import SOAK_ROWS, soak_catalog, soak_schema
 
     catalog = soak_catalog(Path(tempfile.mkdtemp(prefix="bench-avro-")))

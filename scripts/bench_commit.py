@@ -54,7 +54,7 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, 
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
 
     catalog = soak_catalog(Path(root))
     schema = soak_schema()
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     from router.catalog.commit import commit_table
     from router.config import CatalogConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
     from router.progress import property_name
 
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-commit-"))

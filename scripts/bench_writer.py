@@ -1,4 +1,4 @@
-"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.executor.datafiles.
+"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.catalog.datafiles.
 
 In one process, on a SQLite catalog in a temporary directory: N tables (default
 200) with a 12-column schema (struct, list, decimal, timestamps, binary, nulls),
@@ -41,9 +41,9 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow  # 
 from pyiceberg.partitioning import PartitionField, PartitionSpec  # noqa: E402
 from pyiceberg.transforms import DayTransform  # noqa: E402
 
-from router.executor.datafiles import write_data_files  # noqa: E402
+from router.catalog.datafiles import write_data_files  # noqa: E402
 from router.catalog import DEFAULT_TABLE_PROPERTIES  # noqa: E402
-from tests.router.executor.test_datafiles import SCHEMA  # noqa: E402
+from tests.router.catalog.test_datafiles import SCHEMA  # noqa: E402
 
 SPECS = {"unpartitioned": PartitionSpec(), "day": PartitionSpec(PartitionField(6, 1000, DayTransform(), "ts_day"))}
 

@@ -2,7 +2,10 @@
 
 - no cycles among the modules of router/, registry/ and evolution/;
 - router's executor side never imports its driver side (tasks run where there is no driver);
-- registry/ and evolution/ never import router/, evolution/ never imports registry/.
+- registry/ and evolution/ never import router/, evolution/ never imports registry/;
+- stages: table I/O (router.catalog: writers, delete files, commits, the dead-letter table), routing
+  and config are shared by every side, so they import none of executor, driver, maintenance,
+  planning or cli; maintenance takes its table I/O from router.catalog, never from the executor.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ FORBIDDEN = [  # (importer prefix, imported prefix, why)
     ("registry", "router", "router uses registry, never the other way"),
     ("evolution", "router", "evolution is pure"),
     ("evolution", "registry", "registry uses evolution, never the other way"),
+    *[(shared, side, f"{shared} is shared by every side (executors, driver, maintenance, plan/check)")
+      for shared in ("router.catalog", "router.routing", "router.config")
+      for side in ("router.executor", "router.driver", "router.maintenance", "router.planning", "router.cli")],
+    ("router.maintenance", "router.executor", "maintenance takes table I/O from router.catalog"),
+    ("router.maintenance", "router.driver", "maintenance runs beside the driver, not inside it"),
 ]
 
 
@@ -89,6 +97,13 @@ def test_layering():
               for importer, targets in import_graph().items() for imported in sorted(targets)
               for src, dst, why in FORBIDDEN if within(importer, src) and within(imported, dst)]
     assert not broken, "\n".join(broken)
+
+
+def test_the_layering_rules_can_fail():
+    graph = {"router.maintenance.compaction": {"router.executor.datafiles"}}
+    broken = [why for importer, targets in graph.items() for imported in targets
+              for src, dst, why in FORBIDDEN if within(importer, src) and within(imported, dst)]
+    assert broken == ["maintenance takes table I/O from router.catalog"]
 
 
 def test_the_checks_see_imports_inside_functions():

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from router.config import mask_secrets
+from router.masking import mask_secrets
 from router.devstack._proc import die_with_parent, free_port, pid_alive, port_open, stop_pid, wait_until
 from router.devstack.broker import LocalBroker, client_config
 from router.devstack.catalog import LocalPostgres, postgres_catalog_properties, sqlite_catalog_properties

@@ -26,7 +26,7 @@ from router.driver.housekeeping import BackgroundMaintenance
 from router.driver.status import BatchStats, query_lag, write_status
 from router.exceptions import is_transient
 from router.faults import drill
-from router.executor.dead_letters import ensure_dead_letter_table
+from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.executor.fused_reader import write_handoff
 from router.executor.tasks import process_partition
 from router.routing import RoutingTable
@@ -49,8 +49,8 @@ class Dispatcher:
                  listeners: Sequence[Callable[[BatchStats], None]] = (), transient_retry_seconds: float = 600.0):
         self.config = config
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
-        self.registry = config.registry_config()
-        self.policies = config.policies()
+        self.registry = config.registry
+        self.policies = config.evolution
         self.compactor = BackgroundMaintenance(config)
         self.transient_retry_seconds = transient_retry_seconds
         self.history: list[BatchStats] = []

@@ -21,7 +21,7 @@ from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
-from router.executor.dead_letters import ensure_dead_letter_table
+from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.executor.fused_reader import write_handoff
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata

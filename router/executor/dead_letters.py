@@ -16,70 +16,13 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.schema import Schema
-from pyiceberg.types import (
-    BinaryType, IntegerType, ListType, LongType, NestedField, StringType, StructType, TimestamptzType,
-)
 
 from router import progress
-from router.catalog import create_table, load_table
+from router.catalog.datafiles import write_data_files
+from router.catalog.dead_letter_table import DLQ_ARROW_SCHEMA, SOURCE_COLUMNS, ensure_dead_letter_table
 from router.descriptors import DispatchContext, TableResult
-from router.executor.datafiles import write_data_files
 
 log = logging.getLogger("icerouter.writer")
-
-HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-
-DLQ_ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("headers", HEADER_TYPE),
-    pa.field("error_class", pa.string()),
-    pa.field("reason", pa.string()),
-    pa.field("table_name", pa.string()),
-    pa.field("route", pa.string()),
-    pa.field("schema_id", pa.int64()),
-    pa.field("job", pa.string()),
-    pa.field("failed_at", pa.timestamp("us", tz="UTC")),
-])
-
-DLQ_ICEBERG_SCHEMA = Schema(
-    NestedField(1, "topic", StringType(), required=False),
-    NestedField(2, "partition", IntegerType(), required=False),
-    NestedField(3, "offset", LongType(), required=False),
-    NestedField(4, "timestamp", TimestamptzType(), required=False),
-    NestedField(5, "key", BinaryType(), required=False),
-    NestedField(6, "value", BinaryType(), required=False),
-    NestedField(7, "headers", ListType(15, StructType(
-        NestedField(16, "key", StringType(), required=False),
-        NestedField(17, "value", BinaryType(), required=False)), element_required=False), required=False),
-    NestedField(8, "error_class", StringType(), required=False),
-    NestedField(9, "reason", StringType(), required=False),
-    NestedField(10, "table_name", StringType(), required=False),
-    NestedField(11, "route", StringType(), required=False),
-    NestedField(12, "schema_id", LongType(), required=False),
-    NestedField(13, "job", StringType(), required=False),
-    NestedField(14, "failed_at", TimestamptzType(), required=False),
-)
-
-DLQ_PARTITION_BY = ("day(failed_at)",)
-
-
-def ensure_dead_letter_table(catalog, identifier: str):
-    """The dead-letter table, created on first use (by the driver at start, so tasks never race)."""
-    try:
-        return load_table(catalog, identifier)
-    except NoSuchTableError:
-        return create_table(catalog, identifier, DLQ_ICEBERG_SCHEMA, DLQ_PARTITION_BY)
-
-
-SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-
 
 @dataclass(frozen=True)
 class DeadLetter:

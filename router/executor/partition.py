@@ -25,23 +25,22 @@ from pyiceberg.exceptions import NoSuchTableError
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
+from registry.wire import VALUE_SCHEMA_ID_HEADER
 from router import progress
 from router.arrays import one_chunk
 from router.catalog import load_table
 from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, table_view
 from router.descriptors import DispatchContext, TableResult
-from router.exceptions import RouteError, is_transient
+from router.exceptions import is_transient
 from router.executor.align import align_table
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
 from router.routing import CompiledRoute
-from router.routing.columns import field_column, header_values
+from router.routing.columns import header_values
+from router.routing.evaluate import evaluate_route
 
 log = logging.getLogger("icerouter.partition")
-
-
-SCHEMA_ID_HEADER = "__value_schema_id"
 
 
 @dataclass
@@ -107,7 +106,7 @@ def schema_id_headers(headers) -> list | None:
     """Headers as Python lists, only when some record carries its schema id in a header (rare)."""
     headers = one_chunk(headers)
     keys = pc.struct_field(headers.flatten(), "key") if len(headers.flatten()) else None
-    if keys is None or not pc.any(pc.equal(keys, SCHEMA_ID_HEADER)).as_py():
+    if keys is None or not pc.any(pc.equal(keys, VALUE_SCHEMA_ID_HEADER)).as_py():
         return None
     return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
 
@@ -196,66 +195,20 @@ class PartitionWriter:
                 self.route_group(topic, route, group, rows, chunk, start, headers_cache)
 
     def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> None:
-        """Apply one route to the decoded rows of one schema id."""
-        batch = group.batch
+        """Apply one route to the decoded rows of one schema id (router/routing/evaluate.py decides)."""
         local = pc.subtract(rows, start)
-        mask = None
-        header_cols = {}
-        for name in route.header_names:
+
+        def header_column(name: str) -> pa.Array:
             if name not in headers_cache:
-                headers_cache[name] = header_values(one_chunk(chunk.column("headers")), name)
-            header_cols[name] = pc.take(pa.array(headers_cache[name], pa.string()), local)
-        for name, rx in route.headers:
-            col = header_cols[name]
-            m = pc.and_kleene(pc.is_valid(col), pc.match_substring_regex(col, f"^(?:{rx.pattern})$"))
-            mask = m if mask is None else pc.and_(mask, m)
-        field_cols = {}
-        for name in route.field_names:
-            col = field_column(batch, name)
-            if col is None:
-                field_cols[name] = pa.nulls(batch.num_rows)
-            else:
-                field_cols[name] = col
-        for name, allowed in route.fields:
-            col = field_cols[name]
-            m = pc.is_in(col, value_set=pa.array(list(allowed), type=col.type)) if not pa.types.is_null(col.type) \
-                else pa.array([False] * batch.num_rows)
-            m = pc.fill_null(m, False)
-            mask = m if mask is None else pc.and_(mask, m)
-        if mask is not None:
-            mask = pc.fill_null(mask, False)
-            if not pc.any(mask).as_py():
-                return
-            batch, rows = batch.filter(mask), pc.filter(rows, mask)
-            header_cols = {k: pc.filter(v, mask) for k, v in header_cols.items()}
-            field_cols = {k: pc.filter(v, mask) for k, v in field_cols.items()}
-        dynamic = [p for p in route.placeholders if p != "topic"]
-        if not dynamic:
-            try:
-                table_id = self.ctx.routing.render(route, topic)
-            except RouteError as exc:
-                self.dead_letter(rows, type(exc).__name__, exc.message, route=route.name, schema_id=group.schema_id)
-                return
-            self.add_pending(table_id, topic, route, group, batch, rows)
-            return
-        # Table name depends on data: render per distinct value combination.
-        keys = [header_cols[p[7:]] if p.startswith("header.") else field_cols[p[6:]] for p in dynamic]
-        combos = pa.table({str(i): k.cast(pa.string()) if not pa.types.is_string(k.type) else k
-                           for i, k in enumerate(keys)})
-        combos = combos.append_column("__row", pa.array(range(batch.num_rows), pa.int64()))
-        grouped = combos.group_by([str(i) for i in range(len(keys))]).aggregate([("__row", "list")])
-        for entry in grouped.to_pylist():
-            values = [entry[str(i)] for i in range(len(keys))]
-            hdrs = {p[7:]: v for p, v in zip(dynamic, values) if p.startswith("header.")}
-            flds = {p[6:]: v for p, v in zip(dynamic, values) if p.startswith("field.")}
-            idx = pa.array(entry["__row_list"], pa.int64())
-            try:
-                table_id = self.ctx.routing.render(route, topic, hdrs, flds)
-            except RouteError as exc:
-                self.dead_letter(pc.take(rows, idx), type(exc).__name__, exc.message, route=route.name,
+                headers_cache[name] = pa.array(header_values(one_chunk(chunk.column("headers")), name), pa.string())
+            return pc.take(headers_cache[name], local)
+
+        for dest in evaluate_route(self.ctx.routing, route, topic, group.batch, header_column):
+            if dest.error is not None:
+                self.dead_letter(dest.take(rows), type(dest.error).__name__, dest.error.message, route=route.name,
                                  schema_id=group.schema_id)
                 continue
-            self.add_pending(table_id, topic, route, group, batch.take(idx), pc.take(rows, idx))
+            self.add_pending(dest.table, topic, route, group, dest.take(group.batch), dest.take(rows))
 
     def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
         if batch.num_rows == 0:

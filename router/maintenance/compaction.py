@@ -29,7 +29,7 @@ from pyiceberg.utils.properties import property_as_int
 from router.catalog import backoff, delete_quietly
 from router.catalog.sql import StagedTransaction
 from router.exceptions import CompactionConflict, MaintenanceError
-from router.executor.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
+from router.catalog.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
 from router.progress import held_summaries
 
 log = logging.getLogger("icerouter.maintenance")

@@ -250,7 +250,7 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
     if not files:
         raise ConfigError(f"--schemas: no .avsc or .json files in {schemas_dir}")
     planner = Planner(config)
-    registry = get_registry(config.registry_config())
+    registry = get_registry(config.registry)
     down: dict[str, str] = {}
     try:
         catalog: CatalogReader | None = CatalogReader.open(config.catalog)

@@ -133,7 +133,7 @@ class Planner:
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
-        self.policies = config.policies()
+        self.policies = config.evolution
 
     def target(self, table: str, topic: str, route: Any = None) -> Target:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
@@ -217,7 +217,7 @@ def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file
     plans: list[EvolutionPlan] = []
     notes: list[str] = []
     if subjects:
-        registry = get_registry(config.registry_config())
+        registry = get_registry(config.registry)
         for arg in subjects:
             subject, version = parse_subject(arg)
             try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from evolution.policy import PolicyOverrides
 from router.config import DlqConfig, RouteConfig, TablesConfig
 from router.exceptions import TableNameError
 
@@ -40,7 +41,7 @@ class CompiledRoute:
     headers: tuple[tuple[str, re.Pattern], ...]
     fields: tuple[tuple[str, tuple[Any, ...]], ...]
     columns: tuple[str, ...] | None
-    evolution: Any
+    evolution: PolicyOverrides | None
     partition_by: tuple[str, ...] | None
     placeholders: tuple[str, ...] = field(default=())
 

@@ -27,7 +27,7 @@ def test_defaults_are_sensible(tmp_path):
     assert config.job.checkpoint.startswith(str(tmp_path))
     assert config.tables.metadata_columns is True
     assert (config.kafka.max_records_per_batch, config.kafka.catch_up) == (500_000, "turns")
-    policy = config.policies().resolve("a")
+    policy = config.evolution.resolve("a")
     assert (policy.new_table.value, policy.new_column.value, policy.type_change.value) == ("evolve", "evolve", "dlq")
 
 
@@ -90,7 +90,7 @@ def test_env_interpolation_and_missing_variable(monkeypatch, tmp_path):
                     "registry: {url: '${IR_TEST_REG:-http://reg:8081}'}\n")
     config = load_config(path)
     assert config.kafka.bootstrap_servers == "10.0.0.1:9092"
-    assert config.registry["url"] == "http://reg:8081"
+    assert config.registry.url == "http://reg:8081"
     path.write_text("kafka: {bootstrap_servers: '${IR_TEST_UNSET_VAR}', topics: [a]}\nregistry: {url: x}\n")
     with pytest.raises(ConfigError, match="IR_TEST_UNSET_VAR is not set"):
         load_config(path)
@@ -132,7 +132,7 @@ def test_secrets_never_in_repr():
         registry={"url": "http://r", "basic_auth_user": "u", "basic_auth_password": "s3cret"},
         catalog={"properties": {"type": "sql", "uri": "sqlite:///x.db", "warehouse": "file:///w",
                                 "s3.secret-access-key": "AKIASECRET"}}))
-    text = repr(config) + repr(config.kafka) + repr(config.catalog) + repr(config.registry_config())
+    text = repr(config) + repr(config.kafka) + repr(config.catalog) + repr(config.registry)
     for secret in ("hunter2", "k3y", "s3cret", "AKIASECRET"):
         assert secret not in text
 

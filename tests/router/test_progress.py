@@ -14,7 +14,7 @@ import pytest
 
 import router.cli.demo_data as data
 from router.driver.commits import commit_all
-from router.executor.dead_letters import ensure_dead_letter_table
+from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.progress import property_name, stored_progress
 from router.driver.resume import plan_resume
 from router.source.offsets import ResumePlan, resume_start

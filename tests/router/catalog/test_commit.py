@@ -20,7 +20,7 @@ from router.catalog.commit import commit_table
 from router.catalog.tables import manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
 from router.descriptors import TableResult
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from router.progress import property_name, stored_progress
 from tests.duckdb_reader import read_iceberg
 

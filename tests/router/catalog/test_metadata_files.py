@@ -17,7 +17,7 @@ from router.catalog.commit import commit_table
 from router.catalog.metadata_files import metadata_json, read_metadata
 from router.config import CatalogConfig, MaintenanceConfig
 from router.descriptors import TableResult
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from tests.duckdb_reader import read_iceberg
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "body", StringType(), required=False))

@@ -142,4 +142,4 @@ def test_registry_password_never_printed(outcome, secure_registry, tmp_path):
     from router.config import load_config
 
     loaded = load_config(bad_config)
-    assert wrong not in repr(loaded.registry_config()) and wrong not in repr(loaded)
+    assert wrong not in repr(loaded.registry) and wrong not in repr(loaded)

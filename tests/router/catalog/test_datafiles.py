@@ -32,8 +32,8 @@ from pyiceberg.types import (
     StringType, StructType, TimestampType, TimestamptzType,
 )
 
-from router.executor import datafiles
-from router.executor.datafiles import write_data_files
+from router.catalog import datafiles
+from router.catalog.datafiles import write_data_files
 from router.catalog import DEFAULT_TABLE_PROPERTIES
 from tests.duckdb_reader import read_iceberg
 

@@ -22,7 +22,7 @@ pyiceberg is pinned to 0.12. This module uses these private names of
 schema, run once per input Arrow schema), ``_get_field_from_arrow_table``
 (partition source columns, nested ones too), ``_get_parquet_writer_kwargs`` (codec, page and dictionary sizes) and
 ``_dataframe_to_data_files`` (the fallback for formats other than Parquet).
-A pyiceberg upgrade must re-run tests/router/test_datafiles.py, which compares
+A pyiceberg upgrade must re-run tests/router/catalog/test_datafiles.py, which compares
 every field of the DataFiles written here with those pyiceberg writes.
 """
 

@@ -1,0 +1,233 @@
+"""YAML in, a validated `RouterConfig` out: one parser per section.
+
+Everything is checked at load so a typo fails the deploy, not the third batch:
+unknown keys are rejected with their path, values are typed and parsed once
+(policies, registry settings, partition specs), and secrets never appear in a
+message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from evolution.exceptions import PolicyConfigError
+from evolution.policy import PolicyOverrides, PolicySet
+from registry.config import RegistryConfig
+from registry.exceptions import RegistryConfigError
+from router.config.model import (
+    CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, RouteConfig, RouterConfig, TablesConfig,
+)
+from router.config.reader import Section, interpolate
+from router.exceptions import ConfigError
+from router.source.offsets import CATCH_UP_MODES
+
+PARTITION_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
+PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*")
+
+UNMATCHED_MODES = ("dlq", "drop")
+TOMBSTONE_MODES = ("ignore", "dlq")
+STARTING_OFFSETS = ("earliest", "latest")
+
+ROOT_KEYS = ("kafka", "registry", "catalog", "job", "tables", "routes", "evolution", "dlq", "maintenance",
+             "unmatched", "tombstones")
+
+
+def load_config(path: str | os.PathLike) -> RouterConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse_config(raw, source=path)
+
+
+def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
+    root = Section(interpolate(raw or {}), "config", ROOT_KEYS)
+    base = source.parent if source else Path.cwd()
+    return RouterConfig(
+        kafka=_kafka(root.get("kafka")),
+        registry=_registry(root.get("registry")),
+        catalog=_catalog(root.get("catalog"), base),
+        job=_job(root.get("job"), base),
+        tables=_tables(root.get("tables")),
+        routes=_routes(root.get("routes", [], list)),
+        evolution=_evolution(root.get("evolution")),
+        dlq=_dlq(root.get("dlq")),
+        maintenance=_maintenance(root.get("maintenance")),
+        unmatched=root.choice("unmatched", "dlq", UNMATCHED_MODES),
+        tombstones=root.choice("tombstones", "ignore", TOMBSTONE_MODES),
+        source=source,
+    )
+
+
+def _kafka(data: Any) -> KafkaConfig:
+    s = Section(data, "kafka", ("bootstrap_servers", "client", "topics", "pattern", "starting_offsets",
+                                "max_records_per_batch", "catch_up"))
+    bootstrap = s.get("bootstrap_servers", None, str)
+    if not bootstrap:
+        raise ConfigError("kafka.bootstrap_servers: required")
+    topics = tuple(s.get("topics", [], list))
+    pattern = s.get("pattern", None, str)
+    if not topics and not pattern:
+        raise ConfigError("kafka: set `topics` (a list) or `pattern` (a regex)")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"kafka.pattern: invalid regex {pattern!r}: {exc}") from None
+    offsets = s.get("starting_offsets", "earliest", (str, Mapping))
+    if isinstance(offsets, str) and offsets not in STARTING_OFFSETS:
+        raise ConfigError(f"kafka.starting_offsets: {offsets!r} is not earliest, latest or a mapping")
+    return KafkaConfig(bootstrap, s.mapping("client"), tuple(map(str, topics)), pattern, offsets,
+                       s.positive("max_records_per_batch", 500_000), s.choice("catch_up", "turns", CATCH_UP_MODES))
+
+
+def _registry(data: Any) -> RegistryConfig:
+    if not isinstance(data, Mapping) or not data.get("url"):
+        raise ConfigError("registry.url: required")
+    try:
+        return RegistryConfig.from_dict(dict(data))
+    except RegistryConfigError as exc:
+        where = f"registry.{exc.key}" if exc.key else "registry"
+        raise ConfigError(f"{where}: {exc.reason}") from None
+    except TypeError as exc:
+        raise ConfigError(f"registry: {exc}") from None
+
+
+def _policy_path(where: str, spec: Any, exc: PolicyConfigError) -> str:
+    return f"{where}.{exc.key}" if isinstance(spec, Mapping) and exc.key in spec else where
+
+
+def _route_policy(spec: Any, where: str) -> PolicyOverrides | None:
+    try:
+        return PolicyOverrides.parse(spec)
+    except PolicyConfigError as exc:
+        raise ConfigError(f"{_policy_path(where, spec, exc)}: {exc.reason}") from None
+
+
+def _evolution(data: Any) -> PolicySet:
+    s = Section(data, "evolution", ("default", "topics"))
+    default, topics = s.get("default", "evolve" if data is None else None), s.mapping("topics")
+    try:
+        return PolicySet.from_config(default, topics)
+    except PolicyConfigError as exc:
+        if exc.topic is not None:
+            where, spec = f"evolution.topics[{exc.topic!r}]", topics.get(exc.topic)
+        else:
+            where, spec = "evolution.default", default
+        raise ConfigError(f"{_policy_path(where, spec, exc)}: {exc.reason}") from None
+
+
+def _catalog(data: Any, base: Path) -> CatalogConfig:
+    s = Section(data, "catalog", ("name", "properties"))
+    # an empty value (`${VAR:-}` with VAR unset) means "not set": pyiceberg then uses its
+    # defaults, e.g. S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+    props = {k: v for k, v in s.mapping("properties").items() if v is not None and v != ""} or {
+        "type": "sql",
+        "uri": f"sqlite:///{(base / '.icerouter' / 'catalog.db').resolve()}",
+        "warehouse": (base / ".icerouter" / "warehouse").resolve().as_uri(),
+    }
+    if props.get("type") == "rest" and not props.get("uri"):
+        raise ConfigError("catalog.properties.uri: required for a REST catalog (its http(s) endpoint)")
+    for key in ("s3.path-style-access",):
+        if key in props and str(props[key]).lower() not in ("true", "false"):
+            raise ConfigError(f"catalog.properties.{key}: {props[key]!r} is not true or false")
+    endpoint = str(props.get("s3.endpoint", ""))
+    if endpoint and not re.match(r"https?://", endpoint):
+        raise ConfigError(f"catalog.properties.s3.endpoint: {endpoint!r} must start with http:// or https://")
+    return CatalogConfig(s.get("name", "icerouter", str), props)
+
+
+def _job(data: Any, base: Path) -> JobConfig:
+    s = Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
+                              "commit_retries", "spark", "fused_read", "commit_in_tasks"))
+    name = s.get("name", "icerouter", str)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
+    checkpoint = s.get("checkpoint", ".icerouter/checkpoint", str)
+    if "://" not in checkpoint:
+        checkpoint = str((base / checkpoint).resolve())
+    status = s.get("status_file", None, str)
+    return JobConfig(name, checkpoint, float(s.positive("trigger_seconds", 10.0, float)),
+                     str((base / status).resolve()) if status else None,
+                     s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
+                     bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)))
+
+
+def _tables(data: Any) -> TablesConfig:
+    s = Section(data, "tables", ("auto_create", "default_namespace", "allowed_namespaces", "partition_by",
+                                 "properties", "case_sensitive", "metadata_columns"))
+    return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
+                        tuple(s.get("allowed_namespaces", [], list)),
+                        _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
+                        {k: str(v) for k, v in s.mapping("properties").items()},
+                        bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)))
+
+
+def _partition_by(items: list, where: str) -> tuple[str, ...]:
+    """Partition specs are checked at load; whether the column exists is per table (at creation)."""
+    for i, text in enumerate(items):
+        m = PARTITION_PATTERN.fullmatch(str(text))
+        if not m or m.group(1) not in PARTITION_TRANSFORMS:
+            raise ConfigError(f"{where}[{i}]: {text!r} is not one of {', '.join(PARTITION_TRANSFORMS)}(<column>)")
+        if m.group(1) in ("bucket", "truncate") and m.group(2) is None:
+            raise ConfigError(f"{where}[{i}]: {text!r} needs a width, e.g. {m.group(1)}(16, {m.group(3)})")
+    return tuple(map(str, items))
+
+
+def _routes(items: list) -> tuple[RouteConfig, ...]:
+    routes = []
+    for i, item in enumerate(items):
+        where = f"routes[{i}]"
+        s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
+                                  "partition_by"))
+        table = s.get("table", None, str)
+        if not table:
+            raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
+        topic = s.get("topic", None, str)
+        for label, rx in [("topic", topic), *[(f"headers.{k}", v) for k, v in s.mapping("headers").items()]]:
+            if rx is None:
+                continue
+            try:
+                re.compile(str(rx))
+            except re.error as exc:
+                raise ConfigError(f"{where}.{label}: invalid regex {rx!r}: {exc}") from None
+        columns = s.get("columns", None, list)
+        partition_by = s.get("partition_by", None, list)
+        routes.append(RouteConfig(
+            name=s.get("name", f"route{i}", str), table=table, topic=topic,
+            headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
+            columns=tuple(map(str, columns)) if columns is not None else None,
+            evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
+            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None))
+    names = [r.name for r in routes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"routes: duplicate route name {dupes[0]!r}")
+    return tuple(routes)
+
+
+def _dlq(data: Any) -> DlqConfig:
+    s = Section(data, "dlq", ("table", "topic"))
+    return DlqConfig(s.get("table", "ops.dead_letters", str), s.get("topic", None, str))
+
+
+def _maintenance(data: Any) -> MaintenanceConfig:
+    s = Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
+                                      "max_snapshot_age_seconds", "target_file_size_bytes",
+                                      "orphan_min_age_seconds", "compact_interval_seconds",
+                                      "compact_after_files"))
+    d = MaintenanceConfig()
+    return MaintenanceConfig(*(s.positive(k, getattr(d, k)) for k in (
+        "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
+        "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")),
+        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files))

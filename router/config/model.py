@@ -1,0 +1,145 @@
+"""The typed configuration: what `load_config` returns and every part of the job takes.
+
+Everything here is already validated and parsed (policies, registry settings,
+routes), so the driver, the executors, `plan` and `check` never see a raw
+config dict. Frozen and picklable: a task receives these objects as they are.
+Secrets never appear in a repr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from pyiceberg.catalog import load_catalog
+
+from evolution.policy import PolicyOverrides, PolicySet
+from registry.config import RegistryConfig
+from router.masking import mask_secrets, mask_url
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    client: Mapping[str, Any] = field(default_factory=dict)
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    starting_offsets: str | Mapping[str, Any] = "earliest"
+    max_records_per_batch: int | None = 500_000
+    catch_up: str = "turns"
+
+    def __repr__(self) -> str:
+        return (f"KafkaConfig(bootstrap_servers={self.bootstrap_servers!r}, client={mask_secrets(self.client)!r}, "
+                f"topics={self.topics!r}, pattern={self.pattern!r})")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    name: str = "icerouter"
+    properties: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"CatalogConfig(name={self.name!r}, properties={mask_secrets(self.properties)!r})"
+
+    @property
+    def url(self) -> str:
+        """Where the catalog is (its ``uri``, else its warehouse), credentials masked: for messages."""
+        return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
+
+    def load(self, sql_impl: str | None = None):
+        """The pyiceberg catalog; `sql_impl` ("module.Class") replaces pyiceberg's SQL catalog class."""
+        props = {k: str(v) for k, v in self.properties.items()}
+        _ensure_local_dirs(props)
+        if sql_impl and "py-catalog-impl" not in props and _is_sql(props):
+            props.pop("type", None)
+            props["py-catalog-impl"] = sql_impl
+        return load_catalog(self.name, **props)
+
+
+def _is_sql(props: Mapping[str, str]) -> bool:
+    if "type" in props:
+        return props["type"].lower() == "sql"
+    return props.get("uri", "").startswith(("sqlite", "postgresql"))
+
+
+def _ensure_local_dirs(props: Mapping[str, str]) -> None:
+    """Create the folders of a local SQLite catalog / file warehouse so first runs just work."""
+    uri, warehouse = props.get("uri", ""), props.get("warehouse", "")
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if warehouse.startswith("file://"):
+        Path(warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str = "icerouter"
+    checkpoint: str = ".icerouter/checkpoint"
+    trigger_seconds: float = 10.0
+    status_file: str | None = None
+    commit_threads: int = 8
+    commit_retries: int = 6
+    spark: Mapping[str, Any] = field(default_factory=dict)
+    fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
+    commit_in_tasks: bool = True  # a task commits the tables it wrote (router/executor/tasks.py)
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    auto_create: bool = True
+    default_namespace: str = "raw"
+    allowed_namespaces: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    case_sensitive: bool = True
+    metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
+
+
+@dataclass(frozen=True)
+class DlqConfig:
+    table: str | None = "ops.dead_letters"
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    expire_every_commits: int = 10
+    retain_last_snapshots: int = 5
+    max_snapshot_age_seconds: int = 60
+    target_file_size_bytes: int = 128 * 1024 * 1024
+    orphan_min_age_seconds: int = 3 * 24 * 3600
+    compact_interval_seconds: int = 900  # per table, in a background thread of the job
+    # ... and sooner once this many data files were committed to the table since its last run (0: never)
+    compact_after_files: int = 100
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    name: str
+    table: str
+    topic: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    columns: tuple[str, ...] | None = None
+    evolution: PolicyOverrides | None = None  # the route's policy rule, parsed at load
+    partition_by: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    kafka: KafkaConfig
+    registry: RegistryConfig
+    catalog: CatalogConfig
+    job: JobConfig
+    tables: TablesConfig
+    routes: tuple[RouteConfig, ...]
+    evolution: PolicySet  # default and per-topic-pattern policies; routes carry their own rule
+    dlq: DlqConfig
+    maintenance: MaintenanceConfig
+    unmatched: str = "dlq"
+    tombstones: str = "ignore"
+    source: Path | None = None
+
+    def __repr__(self) -> str:
+        return f"RouterConfig(source={self.source}, routes={len(self.routes)}, kafka={self.kafka!r}, catalog={self.catalog!r})"
