@@ -32,6 +32,8 @@ PARTITION_PATTERN = re.compile(r"\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\
 UNMATCHED_MODES = ("dlq", "drop")
 TOMBSTONE_MODES = ("ignore", "dlq")
 STARTING_OFFSETS = ("earliest", "latest")
+TABLE_MODES = ("append", "upsert")
+CDC_FORMATS = ("debezium",)
 
 ROOT_KEYS = ("kafka", "registry", "catalog", "job", "tables", "routes", "evolution", "dlq", "maintenance",
              "unmatched", "tombstones")
@@ -59,7 +61,7 @@ def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
         catalog=_catalog(root.get("catalog"), base),
         job=_job(root.get("job"), base),
         tables=_tables(root.get("tables")),
-        routes=_routes(root.get("routes", [], list)),
+        routes=_routes(root.get("routes", [], list), root.get("tables")),
         evolution=_evolution(root.get("evolution")),
         dlq=_dlq(root.get("dlq")),
         maintenance=_maintenance(root.get("maintenance")),
@@ -163,14 +165,18 @@ def _job(data: Any, base: Path) -> JobConfig:
                      bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)))
 
 
+TABLES_KEYS = ("auto_create", "default_namespace", "allowed_namespaces", "partition_by", "properties",
+               "case_sensitive", "metadata_columns", "mode")
+
+
 def _tables(data: Any) -> TablesConfig:
-    s = Section(data, "tables", ("auto_create", "default_namespace", "allowed_namespaces", "partition_by",
-                                 "properties", "case_sensitive", "metadata_columns"))
+    s = Section(data, "tables", TABLES_KEYS)
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
                         tuple(s.get("allowed_namespaces", [], list)),
                         _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
-                        bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)))
+                        bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)),
+                        s.choice("mode", "append", TABLE_MODES))
 
 
 def _partition_by(items: list, where: str) -> tuple[str, ...]:
@@ -184,12 +190,13 @@ def _partition_by(items: list, where: str) -> tuple[str, ...]:
     return tuple(map(str, items))
 
 
-def _routes(items: list) -> tuple[RouteConfig, ...]:
+def _routes(items: list, tables: Any) -> tuple[RouteConfig, ...]:
+    default_mode = Section(tables, "tables", TABLES_KEYS).choice("mode", "append", TABLE_MODES)
     routes = []
     for i, item in enumerate(items):
         where = f"routes[{i}]"
         s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
-                                  "partition_by"))
+                                  "partition_by", "mode", "key", "cdc", "sequence_by"))
         table = s.get("table", None, str)
         if not table:
             raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
@@ -208,12 +215,59 @@ def _routes(items: list) -> tuple[RouteConfig, ...]:
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
-            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None))
+            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
+            **_upsert(s, default_mode, columns)))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"routes: duplicate route name {dupes[0]!r}")
+    _same_mode_per_table(routes)
     return tuple(routes)
+
+
+def _upsert(s: Section, default_mode: str, columns: list | None) -> dict[str, Any]:
+    """mode / key / cdc / sequence_by of one route: an upsert route is checked whole at load."""
+    cdc = s.get("cdc", None, str)
+    if cdc is not None and cdc not in CDC_FORMATS:
+        raise ConfigError(f"{s.where}.cdc: {cdc!r} is not one of {', '.join(CDC_FORMATS)}")
+    mode = s.choice("mode", "upsert" if cdc else default_mode, TABLE_MODES)
+    if cdc and mode != "upsert":
+        raise ConfigError(f"{s.where}.mode: a cdc route mirrors its source table, so its mode is upsert, not {mode!r}")
+    key = s.get("key", None, (list, str))
+    if isinstance(key, str):
+        key = [key]
+    sequence_by = s.get("sequence_by", None, str)
+    if mode != "upsert":
+        for name, value in (("key", key), ("sequence_by", sequence_by)):
+            if value is not None:
+                raise ConfigError(f"{s.where}.{name}: only an upsert route has one (set mode: upsert)")
+        return {"mode": mode}
+    if key is not None:
+        if not key or not all(isinstance(k, str) and k for k in key):
+            raise ConfigError(f"{s.where}.key: expected a column name or a list of them, got {key!r}")
+        if len(set(key)) != len(key):
+            raise ConfigError(f"{s.where}.key: column {sorted(k for k in key if key.count(k) > 1)[0]!r} given twice")
+        if columns is not None:
+            missing = [k for k in key if k.split(".")[0] not in columns]
+            if missing:
+                raise ConfigError(f"{s.where}.columns: the projection drops key column {missing[0]!r}")
+    return {"mode": mode, "key": tuple(key) if key is not None else None, "cdc": cdc, "sequence_by": sequence_by}
+
+
+def _same_mode_per_table(routes: list[RouteConfig]) -> None:
+    """Routes that feed one named table (fan-in) must agree on how it is written."""
+    seen: dict[str, RouteConfig] = {}
+    for route in routes:
+        if "{" in route.table:
+            continue  # a template: decided per table when it is rendered
+        first = seen.setdefault(route.table, route)
+        if (first.mode, first.key) != (route.mode, route.key):
+            raise ConfigError(f"routes: {first.name!r} and {route.name!r} both feed {route.table} but write it "
+                              f"differently ({_how(first)} against {_how(route)})")
+
+
+def _how(route: RouteConfig) -> str:
+    return f"mode {route.mode}" + (f" key {','.join(route.key)}" if route.key else "")
 
 
 def _dlq(data: Any) -> DlqConfig:

@@ -94,6 +94,7 @@ class TablesConfig:
     properties: Mapping[str, str] = field(default_factory=dict)
     case_sensitive: bool = True
     metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
+    mode: str = "append"  # what a route does when it does not say: append | upsert
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,14 @@ class RouteConfig:
     columns: tuple[str, ...] | None = None
     evolution: PolicyOverrides | None = None  # the route's policy rule, parsed at load
     partition_by: tuple[str, ...] | None = None
+    mode: str = "append"  # append | upsert (the latest row per key; tables.mode when the route is silent)
+    key: tuple[str, ...] | None = None  # upsert key columns; None: the fields of the Kafka record key
+    cdc: str | None = None  # "debezium": values are change envelopes (op, before, after, source)
+    sequence_by: str | None = None  # column path ordering changes of one key across partitions/topics
+
+    @property
+    def upsert(self) -> bool:
+        return self.mode == "upsert"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,14 @@ class CompiledRoute:
     evolution: PolicyOverrides | None
     partition_by: tuple[str, ...] | None
     placeholders: tuple[str, ...] = field(default=())
+    mode: str = "append"  # append | upsert, see RouteConfig
+    key: tuple[str, ...] | None = None
+    cdc: str | None = None
+    sequence_by: str | None = None
+
+    @property
+    def upsert(self) -> bool:
+        return self.mode == "upsert"
 
     @property
     def header_names(self) -> tuple[str, ...]:
@@ -73,6 +81,7 @@ def compile_route(route: RouteConfig) -> CompiledRoute:
         evolution=route.evolution,
         partition_by=route.partition_by,
         placeholders=tuple(m.group(1) for m in TEMPLATE_PATTERN.finditer(route.table)),
+        mode=route.mode, key=route.key, cdc=route.cdc, sequence_by=route.sequence_by,
     )
 
 

@@ -154,3 +154,41 @@ def test_config_and_errors_pickle():
 ])
 def test_urls_are_printed_without_credentials(url, masked):
     assert mask_url(url) == masked
+
+
+def test_upsert_routes_parse_with_table_level_defaults():
+    config = parse_config(with_(tables={"mode": "upsert"}, routes=[
+        {"name": "plain", "table": "raw.a"},
+        {"name": "keyed", "table": "raw.b", "key": ["id", "region"], "sequence_by": "ts_ms"},
+        {"name": "cdc", "table": "raw.c", "cdc": "debezium", "key": "id"},
+        {"name": "log", "table": "raw.d", "mode": "append"}]))
+    plain, keyed, cdc, log = config.routes
+    assert (plain.mode, plain.key, plain.cdc) == ("upsert", None, None)  # key: the Kafka record key's fields
+    assert (keyed.key, keyed.sequence_by) == (("id", "region"), "ts_ms")
+    assert (cdc.mode, cdc.key, cdc.cdc) == ("upsert", ("id",), "debezium")
+    assert log.mode == "append" and not log.upsert
+    assert parse_config(with_(routes=[{"table": "raw.x", "cdc": "debezium"}])).routes[0].upsert  # cdc implies upsert
+    assert parse_config(with_(routes=[{"table": "raw.x"}])).routes[0].mode == "append"
+
+
+@pytest.mark.parametrize("routes, tables, message", [
+    ([{"table": "t", "mode": "merge"}], None, "routes[0].mode: 'merge' is not one of append, upsert"),
+    ([{"table": "t"}], {"mode": "merge"}, "tables.mode: 'merge' is not one of append, upsert"),
+    ([{"table": "t", "cdc": "maxwell"}], None, "routes[0].cdc: 'maxwell' is not one of debezium"),
+    ([{"table": "t", "cdc": "debezium", "mode": "append"}], None, "routes[0].mode: a cdc route mirrors"),
+    ([{"table": "t", "key": ["id"]}], None, "routes[0].key: only an upsert route has one"),
+    ([{"table": "t", "sequence_by": "ts"}], None, "routes[0].sequence_by: only an upsert route has one"),
+    ([{"table": "t", "mode": "upsert", "key": []}], None, "routes[0].key: expected a column name"),
+    ([{"table": "t", "mode": "upsert", "key": ["id", "id"]}], None, "routes[0].key: column 'id' given twice"),
+    ([{"table": "t", "mode": "upsert", "key": ["id"], "columns": ["name"]}], None,
+     "routes[0].columns: the projection drops key column 'id'"),
+    ([{"name": "a", "table": "raw.t"}, {"name": "b", "table": "raw.t", "mode": "upsert"}], None,
+     "routes: 'a' and 'b' both feed raw.t but write it differently (mode append against mode upsert)"),
+    ([{"name": "a", "table": "raw.t", "mode": "upsert", "key": "id"},
+      {"name": "b", "table": "raw.t", "mode": "upsert", "key": "uid"}], None,
+     "routes: 'a' and 'b' both feed raw.t but write it differently (mode upsert key id against mode upsert key uid)"),
+])
+def test_bad_upsert_settings_fail_at_load_with_their_path(routes, tables, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(routes=routes, **({"tables": tables} if tables else {})))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
