@@ -18,7 +18,9 @@ Rules, in short:
   missing from an incoming schema ("required column could not be filled"),
   makes the column optional when ``new_column`` is ``evolve``; otherwise it is
   a ``missing_required``/``make_optional`` violation (``discard_value`` is
-  treated as ``discard_row`` there: the value to drop does not exist);
+  treated as ``discard_row`` there: the value to drop does not exist); the
+  table's identifier (key) columns are never relaxed (Iceberg wants them
+  required): records without a key are refused by the caller instead;
 * an incoming field whose Avro ``aliases`` name an existing column renames that
   column (field id kept) unless another incoming schema still uses the old name;
 * under case-sensitive matching, a new field whose name differs from a sibling
@@ -168,6 +170,8 @@ class _Planner:
     index: int = 0
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the table's identifier (key) columns: Iceberg wants them required, so they are never relaxed
+    keys: frozenset[Path] = frozenset()
 
     def allow(self, kind: str, path: Path, reason: str) -> bool:
         """Legal evolution gated by the ``new_column`` mode."""
@@ -209,6 +213,8 @@ class _Planner:
             if id(tf) in matched or not tf.required:
                 continue
             p = path + (tf.path_name,)
+            if p in self.keys:
+                continue
             if tf.added:
                 tf.required = False
             elif self.allow("missing_required", p, "required column could not be filled"):
@@ -265,7 +271,9 @@ class _Planner:
         return False
 
     def merge_field(self, tf: _Field, f: NestedField, path: Path, ipath: Path) -> None:
-        if tf.required and not f.required:
+        if tf.required and not f.required and path in self.keys:
+            self.notes.append(f"key column {'.'.join(path)} stays required: a record without it is refused")
+        elif tf.required and not f.required:
             if tf.added:
                 tf.required = False
             elif self.allow("make_optional", path, "incoming field is optional"):
@@ -344,7 +352,8 @@ def plan_evolution(current: Schema | None, incoming: Sequence[Schema | MappedSch
     if current is None and not mapped:
         raise ValueError("a new table needs at least one incoming schema")
     new_table = current is None
-    planner = _Planner(policy, case_sensitive, mapped, new_table)
+    planner = _Planner(policy, case_sensitive, mapped, new_table, keys=frozenset(
+        tuple(current.find_column_name(i).split(".")) for i in current.identifier_field_ids) if current else frozenset())
     root_born = 0 if (new_table and not policy.optional_on_create) else -1
     root = _Field("", _node(current.as_struct(), True, -1) if current else _Struct([]),
                   True, field_id=0, born=root_born)

@@ -22,6 +22,7 @@ from evolution.avro import avro_field_aliases
 from evolution.changes import EvolutionPlan, MappedSchema
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
+from router.table_writes import APPEND, TableWrite, apply_write
 
 __all__ = ["KAFKA_METADATA", "SchemaDecision", "projected_names", "table_view", "resolve_policy",
            "plan_table", "decide", "decide_schema"]
@@ -91,8 +92,11 @@ def resolve_policy(policies: PolicySet, topic: str, route_policy: PolicyOverride
 
 
 def plan_table(current: Schema | None, incoming: Sequence[Schema | MappedSchema], policy: EvolutionPolicy,
-               case_sensitive: bool, table: str) -> EvolutionPlan:
-    return plan_evolution(current, list(incoming), policy, case_sensitive=case_sensitive, table=table)
+               case_sensitive: bool, table: str, write: TableWrite = APPEND,
+               key: Sequence[str] | None = None) -> EvolutionPlan:
+    """The evolution plan, with an upsert table's key and mode rules applied (router/table_writes.py)."""
+    plan = plan_evolution(current, list(incoming), policy, case_sensitive=case_sensitive, table=table)
+    return apply_write(plan, incoming, write, key)
 
 
 def decide(plan: EvolutionPlan) -> SchemaDecision:
@@ -109,6 +113,7 @@ def decide(plan: EvolutionPlan) -> SchemaDecision:
 
 
 def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, policy: EvolutionPolicy,
-                  case_sensitive: bool, table: str) -> SchemaDecision:
+                  case_sensitive: bool, table: str, write: TableWrite = APPEND,
+                  key: Sequence[str] | None = None) -> SchemaDecision:
     """Pure: what happens to records of one writer schema headed for one table."""
-    return decide(plan_table(current, [incoming], policy, case_sensitive, table))
+    return decide(plan_table(current, [incoming], policy, case_sensitive, table, write, key))

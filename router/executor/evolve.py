@@ -28,11 +28,11 @@ from pyiceberg.schema import Schema
 from evolution.apply import apply_plan
 from evolution.changes import MappedSchema
 from evolution.exceptions import ApplyError
-from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy
 from router.catalog import backoff, create_table, load_table
 from router.config import CatalogConfig, TablesConfig
-from router.decisions import SchemaDecision, decide_schema
+from router.decisions import SchemaDecision, decide_schema, plan_table
+from router.table_writes import APPEND, TableWrite
 
 log = logging.getLogger("icerouter.evolve")
 
@@ -48,7 +48,8 @@ class TableDecision:
 
 def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                  incoming: dict[int, Schema | MappedSchema], policy: EvolutionPolicy,
-                 partition_by: Sequence[str] | None = None) -> TableDecision:
+                 partition_by: Sequence[str] | None = None, write: TableWrite = APPEND,
+                 key: Sequence[str] | None = None) -> TableDecision:
     """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions."""
     case_sensitive = tables.case_sensitive
     try:
@@ -59,13 +60,13 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
 
     decision = TableDecision(table)
     for attempt in range(SCHEMA_COMMIT_ATTEMPTS):
-        decision.per_schema = {sid: decide_schema(current, s, policy, case_sensitive, table_id)
+        decision.per_schema = {sid: decide_schema(current, s, policy, case_sensitive, table_id, write, key)
                                for sid, s in incoming.items()}
         writable = [_without(incoming[sid], d.drop_columns) for sid, d in decision.per_schema.items()
                     if d.action == "write"]
         if not writable:
             return decision
-        plan = plan_evolution(current, writable, policy, case_sensitive=case_sensitive, table=table_id)
+        plan = plan_table(current, writable, policy, case_sensitive, table_id, write, key)
         if current is None:
             if not tables.auto_create:
                 for d in decision.per_schema.values():
