@@ -13,18 +13,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
-from router.catalog import get_catalog
+from router.catalog import get_catalog, load_table
+from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
-from router.catalog.dead_letter_table import ensure_dead_letter_table
+from router.exceptions import ConfigError
 from router.executor.fused_reader import write_handoff
+from router.routing import RoutingTable
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
+from router.table_writes import TableWrite, mode_conflict
 
 log = logging.getLogger("icerouter.job")
 
@@ -112,6 +116,24 @@ def prepare_catalog(config: RouterConfig) -> None:
     get_catalog(config.catalog)
     if config.dlq.table:
         ensure_dead_letter_table(config.catalog, config.dlq.table)
+    check_table_modes(config)
+
+
+def check_table_modes(config: RouterConfig) -> None:
+    """Refuse to start when a route would switch an existing table between append and upsert
+    (or to other key columns); tables named from data are checked by the tasks, the same way."""
+    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    for route in routing.routes:
+        if route.placeholders:
+            continue
+        name = routing.render(route, "")
+        try:
+            table = load_table(config.catalog, name)
+        except NoSuchTableError:
+            continue
+        reason = mode_conflict(name, table.schema(), TableWrite.of(route))
+        if reason:
+            raise ConfigError(f"route {route.name}: {reason}", table=name)
 
 
 def start_positions(config: RouterConfig, options):

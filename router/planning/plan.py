@@ -31,6 +31,7 @@ from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
 from router.config import RouterConfig
 from router.decisions import plan_table, resolve_policy, table_view
+from router.table_writes import APPEND, TableWrite
 from router.exceptions import ConfigError
 from router.planning.services import CatalogReader, registry_unavailable
 from router.routing.routes import TEMPLATE_PATTERN, RoutingTable, normalise_identifier_part
@@ -125,6 +126,7 @@ class Target:
     columns: tuple[str, ...] | None = None
     route: str | None = None
     topic: str | None = None
+    write: TableWrite = APPEND  # append, or upsert by key (router/table_writes.py)
 
 
 class Planner:
@@ -138,7 +140,8 @@ class Planner:
     def target(self, table: str, topic: str, route: Any = None) -> Target:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
                                 self.config.tables.auto_create)
-        return Target(table, policy, route.columns if route else None, route.name if route else None, topic)
+        return Target(table, policy, route.columns if route else None, route.name if route else None, topic,
+                      TableWrite.of(route))
 
     def targets_for_topic(self, topic: str) -> tuple[list[Target], list[tuple[str, str]]]:
         """Tables the topic's routes name (templates on the topic only) + routes that cannot be planned."""
@@ -158,14 +161,15 @@ class Planner:
             for route in self.routing.routes_for_topic(topic):
                 if _template_matches(route.table_template, table, topic, self.routing.default_namespace):
                     t = self.target(table, topic, route)
-                    found.setdefault((t.policy, t.columns), t)
+                    found.setdefault((t.policy, t.columns, t.write), t)
         return list(found.values())
 
     def plan(self, current: Schema | None, schema: Schema, target: Target, *, schema_type: str = AVRO,
              schema_str: str | None = None, source: str | None = None) -> EvolutionPlan:
         view = table_view(schema, columns=target.columns, metadata_columns=self.config.tables.metadata_columns,
                           schema_type=schema_type, schema_str=schema_str, source=source)
-        return plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table)
+        return plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
+                          target.write)
 
 
 def _template_matches(template: str, table: str, topic: str, default_namespace: str) -> bool:
