@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import DoubleType, FloatType, NestedField, PrimitiveType
 
 from evolution.changes import EvolutionPlan, MakeOptional, MappedSchema, Violation, WidenColumn
 from evolution.policy import Mode
+from router.changes.envelope import check_key_columns
 
 __all__ = ["TableWrite", "APPEND", "table_key", "mode_conflict", "key_problems", "with_key", "apply_write"]
 
@@ -73,20 +73,12 @@ def mode_conflict(table: str, schema: Schema | None, write: TableWrite, key: Seq
 
 
 def key_problems(schema: Schema, key: Sequence[str]) -> list[tuple[str, str]]:
-    """(column, reason) for each key column the schema cannot key a table by."""
-    problems = []
-    names = {f.name: f for f in schema.fields}
-    for column in key:
-        found: NestedField | None = names.get(column)
-        if found is None:
-            problems.append((column, f"key column {column!r} is missing" +
-                             (" (key columns are top-level columns)" if "." in column else "")))
-        elif not isinstance(found.field_type, PrimitiveType):
-            problems.append((column, f"key column {column!r} is a {found.field_type}, not a primitive value"))
-        elif isinstance(found.field_type, (FloatType, DoubleType)):
-            problems.append((column, f"key column {column!r} is a {found.field_type}: Iceberg does not key by "
-                                     "floating-point values"))
-    return problems
+    """(column, reason) for each key column a writer schema cannot key a table by.
+
+    An optional key column is fine here: the table keeps its key required and a
+    record whose key is null is dead-lettered on its own (router/changes/extract.py).
+    """
+    return [(p.column, str(p)) for p in check_key_columns(schema, key) if p.kind != "optional"]
 
 
 def with_key(schema: Schema, key: Sequence[str]) -> Schema:

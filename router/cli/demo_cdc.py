@@ -1,0 +1,147 @@
+"""A Debezium change stream for the demo, the tests and the benchmarks.
+
+Shaped as Debezium's Avro converter writes a PostgreSQL table's changes: the
+Kafka key is a `Key` record of the primary key, the value an `Envelope` with
+`before`, `after`, `source` (with `lsn`), `op` (c, r, u, d) and `ts_ms`; a
+delete is followed by a tombstone (null value) for log compaction. A key change
+is a delete of the old key (and its tombstone) and a create of the new one.
+`ChangeScript` keeps the table the events describe, so a test can compare what
+the job wrote with the truth.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from router.cli.demo_data import Encoder
+
+NAMESPACE = "dbserver1.public.customers"
+
+CUSTOMER_KEY = {"type": "record", "name": "Key", "namespace": NAMESPACE,
+                "fields": [{"name": "id", "type": "long"}]}
+
+CUSTOMER_VALUE = {"type": "record", "name": "Value", "namespace": NAMESPACE, "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "email", "type": ["null", "string"], "default": None},
+    {"name": "tier", "type": "string"},
+    {"name": "region", "type": "string"},
+    {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+]}
+
+SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql", "fields": [
+    {"name": "connector", "type": "string"}, {"name": "db", "type": "string"}, {"name": "table", "type": "string"},
+    {"name": "lsn", "type": ["null", "long"], "default": None}, {"name": "ts_ms", "type": "long"},
+]}
+
+CUSTOMER_ENVELOPE = {"type": "record", "name": "Envelope", "namespace": NAMESPACE, "fields": [
+    {"name": "before", "type": ["null", CUSTOMER_VALUE], "default": None},
+    {"name": "after", "type": ["null", f"{NAMESPACE}.Value"], "default": None},
+    {"name": "source", "type": SOURCE},
+    {"name": "op", "type": "string"},
+    {"name": "ts_ms", "type": ["null", "long"], "default": None},
+]}
+
+TIERS = ("free", "pro", "enterprise")
+REGIONS = ("eu", "us", "apac")
+EPOCH = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+
+
+@dataclass
+class Event:
+    key: dict | None
+    value: dict | None  # None: a tombstone
+    op: str | None
+
+
+@dataclass
+class ChangeScript:
+    """Generates changes of a customers table and keeps the table they describe."""
+
+    seed: int = 7
+    rows: dict[int, dict] = field(default_factory=dict)
+    lsn: int = 0
+    next_id: int = 1
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def _row(self, key: int) -> dict:
+        self.lsn += 1
+        return {"id": key, "name": f"customer {key} v{self.lsn}", "email": None if self.lsn % 7 == 0 else
+                f"c{key}@example.com", "tier": self.rng.choice(TIERS), "region": self.rng.choice(REGIONS),
+                "updated_at": EPOCH + dt.timedelta(microseconds=self.lsn)}
+
+    def _envelope(self, op: str, before: dict | None, after: dict | None) -> dict:
+        ts = 1_700_000_000_000 + self.lsn
+        return {"before": before, "after": after, "op": op, "ts_ms": ts,
+                "source": {"connector": "postgresql", "db": "shop", "table": "customers", "lsn": self.lsn,
+                           "ts_ms": ts}}
+
+    def snapshot(self, n: int) -> Iterator[Event]:
+        """Debezium's initial snapshot: `r` events."""
+        for _ in range(n):
+            key = self.next_id
+            self.next_id += 1
+            row = self._row(key)
+            self.rows[key] = row
+            yield Event({"id": key}, self._envelope("r", None, row), "r")
+
+    def insert(self) -> Iterator[Event]:
+        key = self.next_id
+        self.next_id += 1
+        row = self._row(key)
+        self.rows[key] = row
+        yield Event({"id": key}, self._envelope("c", None, row), "c")
+
+    def update(self, key: int | None = None) -> Iterator[Event]:
+        if not self.rows:
+            return
+        key = key if key is not None else self.rng.choice(sorted(self.rows))
+        before, after = self.rows[key], self._row(key)
+        self.rows[key] = after
+        yield Event({"id": key}, self._envelope("u", before, after), "u")
+
+    def delete(self, key: int | None = None) -> Iterator[Event]:
+        if not self.rows:
+            return
+        key = key if key is not None else self.rng.choice(sorted(self.rows))
+        before = self.rows.pop(key)
+        self.lsn += 1
+        yield Event({"id": key}, self._envelope("d", before, None), "d")
+        yield Event({"id": key}, None, None)  # the tombstone that lets Kafka compact the key away
+
+    def change_key(self, key: int | None = None) -> Iterator[Event]:
+        """An UPDATE of the primary key: delete of the old key, create of the new one."""
+        if not self.rows:
+            return
+        key = key if key is not None else self.rng.choice(sorted(self.rows))
+        yield from self.delete(key)
+        yield from self.insert()
+
+    def mixed(self, n: int, updates: float = 0.7, inserts: float = 0.2) -> Iterator[Event]:
+        """n changes: updates, inserts and deletes in the given shares (deletes take the rest)."""
+        for _ in range(n):
+            roll = self.rng.random()
+            if roll < updates and self.rows:
+                yield from self.update()
+            elif roll < updates + inserts or not self.rows:
+                yield from self.insert()
+            else:
+                yield from self.delete()
+
+
+class ChangeEncoder:
+    """Frames a script's events for Kafka with the registered key and envelope schema ids."""
+
+    def __init__(self, key_schema_id: int, value_schema_id: int):
+        self.key = Encoder(CUSTOMER_KEY, key_schema_id)
+        self.value = Encoder(CUSTOMER_ENVELOPE, value_schema_id)
+
+    def __call__(self, topic: str, event: Event) -> tuple[str, bytes | None, bytes | None, None]:
+        return (topic, self.key(event.key) if event.key is not None else None,
+                self.value(event.value) if event.value is not None else None, None)
