@@ -22,6 +22,7 @@ from evolution.avro import avro_field_aliases
 from evolution.changes import EvolutionPlan, MappedSchema
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
+from router.changes.envelope import debezium_table_schema
 from router.table_writes import APPEND, TableWrite, apply_write
 
 __all__ = ["KAFKA_METADATA", "SchemaDecision", "projected_names", "table_view", "resolve_policy",
@@ -70,8 +71,15 @@ def _aliases(schema_str: str) -> dict:
 
 def table_view(schema: Schema, *, columns: Sequence[str] | None, metadata_columns: bool,
                schema_type: str = "AVRO", schema_str: str | None = None,
-               source: str | None = None) -> Schema | MappedSchema:
-    """The schema a table receives from one writer schema through one route."""
+               source: str | None = None, cdc: str | None = None) -> Schema | MappedSchema:
+    """The schema a table receives from one writer schema through one route.
+
+    A CDC route's table holds the row images (the envelope's ``after``), not the
+    envelope; raises router.changes.exceptions.EnvelopeError for a schema that is
+    not one.
+    """
+    if cdc is not None:
+        schema, schema_str = debezium_table_schema(schema), None  # aliases name envelope paths: not the table's
     if columns is not None:
         schema = schema.select(*projected_names(schema, columns))
     if metadata_columns:

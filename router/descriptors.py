@@ -62,6 +62,20 @@ class DispatchContext:
 
 
 @dataclass
+class UpsertWork:
+    """An upsert table's part of a result: the keys whose current rows its commit replaces or deletes.
+
+    Their positions are looked up at commit time, on the snapshot the commit
+    builds on (router/catalog/commit.py), never in advance: a commit that lost
+    its compare-and-swap looks again, so positions are never stale.
+    """
+
+    key_columns: tuple[str, ...]
+    touched: pa.Table  # one row per distinct key changed
+    deletes: int = 0  # keys whose last change deleted them (no new image)
+
+
+@dataclass
 class TableResult:
     """What one task did for one table; merged on the driver per table."""
 
@@ -80,6 +94,16 @@ class TableResult:
     # Commits a task already made of its part (router.catalog.commit.CommitOutcome); the data
     # files, offsets and rows above are then only what is left for the driver to commit.
     commits: list = field(default_factory=list)
+    upsert: UpsertWork | None = None  # an upsert table: the keys this result's images replace
+    # Upsert parts of other tasks, committed after this one in their own snapshots (two tasks may carry
+    # one key; each commit replaces the rows the one before it left, so the last commit's image stays).
+    later: list = field(default_factory=list)
+
+    @property
+    def has_work(self) -> bool:
+        """Something to commit: data files, or (an upsert) keys whose rows go."""
+        return bool(self.data_files) or (self.upsert is not None and self.upsert.touched.num_rows > 0) \
+            or any(part.has_work for part in self.later)
 
     @property
     def written(self) -> int:
@@ -90,6 +114,9 @@ class TableResult:
         progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
 
     def merge(self, other: "TableResult") -> None:
+        if self.upsert is not None or other.upsert is not None:
+            self._merge_upsert(other)
+            return
         self.data_files += other.data_files
         self.rows += other.rows
         self.schema_ids |= other.schema_ids
@@ -101,6 +128,27 @@ class TableResult:
         self.broken = self.broken or other.broken
         self.replayed += other.replayed
         progress.widen(self.settled, other.settled)
+        self.commits += other.commits
+
+    def _merge_upsert(self, other: "TableResult") -> None:
+        """Keep another task's upsert part apart (its own commit, after this one); merge the counts."""
+        if other.has_work:
+            part = TableResult(other.table, other.data_files, other.rows, set(other.schema_ids), dict(other.offsets),
+                               upsert=other.upsert)
+            if self.has_work or self.upsert is not None:
+                self.later.append(part)
+                self.later += other.later
+            else:
+                self.data_files, self.rows, self.offsets, self.upsert = part.data_files, part.rows, part.offsets, \
+                    part.upsert
+                self.later += other.later
+        self.schema_ids |= other.schema_ids
+        self.changes += [c for c in other.changes if c not in self.changes]
+        self.failure = self.failure or other.failure
+        self.dead_letters += other.dead_letters
+        self.discarded += other.discarded
+        self.broken = self.broken or other.broken
+        self.replayed += other.replayed
         self.commits += other.commits
 
 

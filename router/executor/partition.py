@@ -10,11 +10,9 @@ stay local to their records or their table and become dead letters.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,34 +23,25 @@ from pyiceberg.exceptions import NoSuchTableError
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
-from registry.wire import VALUE_SCHEMA_ID_HEADER
+from registry.wire import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
 from router import progress
 from router.arrays import one_chunk
 from router.catalog import load_table
-from router.decisions import KAFKA_METADATA, projected_names, resolve_policy, table_view
+from router.decisions import projected_names, resolve_policy, table_view
 from router.descriptors import DispatchContext, TableResult
+from router.changes.exceptions import ChangeStreamError
+from router.changes.extract import decode_kafka_keys
 from router.exceptions import is_transient
 from router.executor.align import align_table
 from router.catalog.datafiles import write_data_files
 from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
-from router.routing import CompiledRoute
+from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
+from router.executor.upsert import write_upsert_table
 from router.routing.columns import header_values
 from router.routing.evaluate import evaluate_route
 
 log = logging.getLogger("icerouter.partition")
-
-
-@dataclass
-class Pending:
-    """Rows of one table from one writer schema, waiting for evolution and writing."""
-
-    route: CompiledRoute
-    schema_id: int
-    iceberg_schema: Any
-    batch: pa.RecordBatch | pa.Table
-    rows: pa.Array  # positions in the sorted partition table
-    topic: str
 
 
 #: Above this many (topic, partition) segments per row, the rows are interleaved record by record
@@ -102,28 +91,13 @@ def _topic_runs(names: list[str], codes: np.ndarray) -> list[tuple[str, int, int
     return [(by_rank[codes[a]], int(a), int(b - a)) for a, b in zip(starts, ends)]
 
 
-def schema_id_headers(headers) -> list | None:
+def schema_id_headers(headers, name: str = VALUE_SCHEMA_ID_HEADER) -> list | None:
     """Headers as Python lists, only when some record carries its schema id in a header (rare)."""
     headers = one_chunk(headers)
     keys = pc.struct_field(headers.flatten(), "key") if len(headers.flatten()) else None
-    if keys is None or not pc.any(pc.equal(keys, VALUE_SCHEMA_ID_HEADER)).as_py():
+    if keys is None or not pc.any(pc.equal(keys, name)).as_py():
         return None
     return [[(h["key"], h["value"]) for h in entry] if entry else None for entry in headers.to_pylist()]
-
-
-def with_kafka_metadata(batch, source: pa.Table, rows: pa.Array) -> pa.Table:
-    """Append the record's Kafka coordinates, so every row can be traced to (topic, partition, offset).
-
-    The matching schema comes from ``router.decisions.table_view``."""
-    picked = source.select([c for _, c, _ in KAFKA_METADATA]).take(rows)
-    names = list(batch.schema.names)
-    arrays = [batch.column(i) for i in range(batch.num_columns)]
-    for name, column, _ in KAFKA_METADATA:
-        if name in names:
-            continue
-        names.append(name)
-        arrays.append(one_chunk(picked.column(column)))
-    return pa.Table.from_arrays(arrays, names=names)
 
 
 class PartitionWriter:
@@ -176,9 +150,13 @@ class PartitionWriter:
         chunk = self.source.slice(start, length)
         values = one_chunk(chunk.column("value"))
         tombstones = values.is_null()
-        if pc.any(tombstones).as_py():
-            if ctx.tombstones == "dlq":
-                self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
+        has_tombstones = pc.any(tombstones).as_py()
+        upserts = [r for r in routes if r.upsert]
+        self.topic_keys = (start, self.kafka_keys(chunk, topic) if upserts else None)
+        if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
+            self.route_tombstones(topic, [r for r in upserts if not r.cdc], pc.filter(positions, tombstones), chunk)
+        elif has_tombstones and ctx.tombstones == "dlq":
+            self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
         result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
         transient = [f for f in result.failures if f.transient]
         if transient:  # registry unreachable: the whole batch waits and retries, nothing is dead-lettered
@@ -193,6 +171,29 @@ class PartitionWriter:
             rows = pc.add(pa.array(group.indices, pa.int64()), start)
             for route in routes:
                 self.route_group(topic, route, group, rows, chunk, start, headers_cache)
+
+    def kafka_keys(self, chunk: pa.Table, topic: str):
+        """The chunk's Kafka keys decoded through the registry (upsert routes key by them)."""
+        return decode_kafka_keys(self.registry, chunk.column("key"),
+                                 headers=schema_id_headers(chunk.column("headers"), KEY_SCHEMA_ID_HEADER))
+
+    def route_tombstones(self, topic: str, routes: list, rows: pa.Array, chunk: pa.Table) -> None:
+        """Tombstones go to the upsert routes whose tables and conditions do not need a value."""
+        start, keys = self.topic_keys
+        local = pc.subtract(rows, start)
+        blank = pa.table({"__tombstone": pa.nulls(len(rows))})
+        headers = one_chunk(chunk.column("headers"))
+        for route in routes:
+            if route.fields or any(p.startswith("field.") for p in route.placeholders):
+                continue
+            for dest in evaluate_route(self.ctx.routing, route, topic, blank,
+                                       lambda name: pc.take(pa.array(header_values(headers, name), pa.string()), local)):
+                if dest.error is not None:
+                    self.dead_letter(dest.take(rows), type(dest.error).__name__, dest.error.message, route=route.name)
+                    continue
+                picked = dest.take(rows)
+                self.pending[dest.table].append(Pending(route, TOMBSTONES, None, None, picked, topic,
+                                                        keys.take(pc.subtract(picked, start).to_numpy())))
 
     def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> None:
         """Apply one route to the decoded rows of one schema id (router/routing/evaluate.py decides)."""
@@ -223,13 +224,21 @@ class PartitionWriter:
                              route=route.name, schema_id=group.schema_id)
             return
         art, metadata = group.artifacts, self.ctx.tables.metadata_columns
-        if route.columns is not None:
-            batch = batch.select(projected_names(art.iceberg_schema, route.columns))
-        if metadata:
-            batch = with_kafka_metadata(batch, self.source, rows)
-        schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
-                            schema_type=art.schema_type, schema_str=art.schema_str)
-        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic))
+        try:
+            schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
+                                schema_type=art.schema_type, schema_str=art.schema_str, cdc=route.cdc)
+        except ChangeStreamError as exc:
+            self.dead_letter(rows, "not_envelope", str(exc), table=table_id, route=route.name,
+                             schema_id=group.schema_id)
+            return
+        if not route.cdc:  # a CDC route projects and adds metadata to the row images it extracts
+            if route.columns is not None:
+                batch = batch.select(projected_names(art.iceberg_schema, route.columns))
+            if metadata:
+                batch = with_kafka_metadata(batch, self.source, rows)
+        start, keys = getattr(self, "topic_keys", (0, None))
+        keys = keys.take(pc.subtract(rows, start).to_numpy()) if route.upsert and keys is not None else None
+        self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic, keys))
 
     def held_offsets(self, table_id: str) -> dict:
         """The next offsets `table_id` holds, read once per task from fresh metadata.
@@ -268,12 +277,15 @@ class PartitionWriter:
             remaining = pc.sum(keep).as_py() or 0
             result.replayed += len(item.rows) - remaining
             if remaining:
-                kept.append(dataclasses.replace(item, batch=item.batch.filter(keep), rows=item.rows.filter(keep)))
+                kept.append(item.keep(keep))
         return kept
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         ctx = self.ctx
         route = items[0].route
+        if route.upsert:
+            write_upsert_table(self, table_id, items)
+            return
         policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
         incoming = {}
         for item in items:

@@ -1,0 +1,184 @@
+"""Executor side of an upsert (or CDC) table: the batch's changes become one image per key.
+
+Per table and task: records -> changes (router/changes/extract.py: key, op,
+row image, order) -> the last change per key (router/changes/dedup.py) ->
+data files with the final images. Which rows those images replace is not
+decided here: the commit finds the keys' live rows on the snapshot it builds
+on and deletes them with position deletes in the same snapshot
+(router/catalog/commit.py), so a commit that lost a race to another committer
+of the table looks again instead of deleting stale positions.
+
+Bad records (unknown op, a null or missing key, a delete without a key) are
+dead-lettered with their reason; the rest of the table goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.exceptions import NoSuchTableError
+
+from evolution.arrow import iceberg_to_arrow
+from router.catalog.datafiles import write_data_files
+from router.catalog import load_table
+from router.changes.dedup import last_change_per_key
+from router.changes.exceptions import ChangeStreamError
+from router.changes.extract import DEBEZIUM, UPSERT, ChangeSpec, extract_changes
+from router.decisions import resolve_policy
+from router.descriptors import TableResult, UpsertWork
+from router.exceptions import is_transient
+from router.executor.align import align_table
+from router.executor.evolve import evolve_table
+from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
+from router.table_writes import TableWrite, mode_conflict
+
+#: the task's router.executor.partition.PartitionWriter (its results, dead letters, source rows, timings)
+PartitionWriter = Any
+
+log = logging.getLogger("icerouter.upsert")
+
+
+def key_columns(items: list[Pending]) -> tuple[str, ...] | None:
+    """The route's key, else the fields of the records' Kafka key schema (None: neither is known)."""
+    route = items[0].route
+    if route.key:
+        return route.key
+    for item in items:
+        if item.keys is not None and item.keys.table.num_columns:
+            names = tuple(item.keys.table.column_names)
+            if names != ("value",):  # a record key: its fields are the key columns
+                return names
+    return None
+
+
+def write_upsert_table(writer: PartitionWriter, table_id: str, items: list[Pending]) -> None:
+    result = writer.results.setdefault(table_id, TableResult(table_id))
+    letters_before = len(writer.letters)
+    try:
+        items = writer.drop_held(table_id, items, result)
+        if not items:
+            return
+        key = key_columns(items)
+        if key is None:
+            reason = (f"table {table_id}: no key columns: the Kafka record key is not a record with fields "
+                      "(set key on the route)")
+            for item in items:
+                writer.dead_letter(item.rows, "missing_key", reason, table=table_id, route=item.route.name,
+                                   schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)
+                result.dead_letters += len(item.rows)
+            return
+        _write(writer, table_id, items, key, result)
+    except Exception as exc:  # one bad table must not stop the others: dead-letter its records
+        if is_transient(exc):
+            raise
+        log.exception("upsert table %s failed in this task", table_id)
+        result.failure = f"{type(exc).__name__}: {exc}"
+        result.broken = True
+        result.data_files, result.rows, result.dead_letters, result.upsert = [], 0, 0, None
+        del writer.letters[letters_before:]
+        for item in items:
+            writer.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id,
+                               route=item.route.name, schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)
+            result.dead_letters += len(item.rows)
+
+
+def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tuple[str, ...],
+           result: TableResult) -> None:
+    ctx, route = writer.ctx, items[0].route
+    policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
+    incoming = {}
+    for item in items:
+        if item.schema_id != TOMBSTONES:
+            incoming.setdefault(item.schema_id, item.iceberg_schema)
+    t0 = time.perf_counter()
+    decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
+                            TableWrite.of(route), key) if incoming else None
+    t1 = time.perf_counter()
+    writer.timings["evolve"] += t1 - t0
+    table = decision.table if decision is not None else _existing(writer, table_id, items, key)
+    if decision is not None:
+        result.changes += decision.changes
+    spec = ChangeSpec(DEBEZIUM if route.cdc else UPSERT, key, route.sequence_by)
+    source = writer.source
+    change_sets = []
+    for item in items:
+        if item.schema_id != TOMBSTONES:
+            d = decision.per_schema[item.schema_id]
+            if d.action == "drop":
+                result.discarded += len(item.rows)
+                continue
+            if d.action in ("dlq", "fail"):
+                if d.action == "fail":
+                    result.failure = d.reason
+                writer.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
+                                   d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
+                result.dead_letters += len(item.rows)
+                continue
+            values = item.batch
+            if d.drop_columns and not route.cdc:
+                values = values.select([n for n in values.schema.names if n not in d.drop_columns])
+        elif table is None:
+            continue  # deletes of keys a table that does not exist cannot hold
+        else:
+            values = None
+        changes = extract_changes(spec, values, topic=item.topic,
+                                  partition=pc.take(source.column("partition"), item.rows),
+                                  offset=pc.take(source.column("offset"), item.rows),
+                                  kafka_keys=item.keys, rows=item.rows, source=item)
+        for bad in changes.bad:
+            writer.dead_letter(pa.array(bad.rows, pa.int64()), bad.error_class, bad.reason, table=table_id,
+                               route=item.route.name, schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)
+            result.dead_letters += len(bad.rows)
+        if len(changes) or len(changes.consumed):
+            change_sets.append(changes)
+            result.cover(*_coordinates(source, np.concatenate([changes.rows, changes.consumed])))
+        if item.schema_id != TOMBSTONES and len(changes):
+            result.schema_ids.add(item.schema_id)
+    if not any(len(c) for c in change_sets) or table is None:
+        return
+    resolved = last_change_per_key([c for c in change_sets if len(c)])
+    target = iceberg_to_arrow(table.schema())
+    parts = [align_table(_image(writer, final, route), target, ctx.tables.case_sensitive)
+             for final in resolved.inserts if final.image.num_rows]
+    if parts:
+        data = pa.concat_tables(parts)
+        result.data_files += write_data_files(table, data)
+        result.rows += data.num_rows
+    result.upsert = UpsertWork(key, resolved.touched, resolved.deleted)
+    writer.timings["write"] += time.perf_counter() - t1
+
+
+def _image(writer: PartitionWriter, final, route) -> pa.Table:
+    """A CDC route's row images get the route's projection and the Kafka columns here (plain upsert
+    values already have them from add_pending)."""
+    image = final.image
+    if not route.cdc:
+        return image
+    if route.columns is not None:
+        image = image.select([c for c in route.columns if c in image.column_names])
+    if writer.ctx.tables.metadata_columns:
+        image = with_kafka_metadata(image, writer.source, pa.array(final.rows, pa.int64()))
+    return image
+
+
+def _coordinates(source: pa.Table, rows: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    idx = pa.array(rows, pa.int64())
+    return (pc.take(source.column("topic"), idx), pc.take(source.column("partition"), idx),
+            pc.take(source.column("offset"), idx))
+
+
+def _existing(writer: PartitionWriter, table_id: str, items: list[Pending], key: tuple[str, ...]):
+    """The table, when this batch brought only tombstones (no writer schema to evolve it by)."""
+    try:
+        table = load_table(writer.ctx.catalog, table_id)
+    except NoSuchTableError:
+        return None
+    conflict = mode_conflict(table_id, table.schema(), TableWrite.of(items[0].route), key)
+    if conflict:
+        raise ChangeStreamError(conflict, table=table_id)
+    return table
