@@ -84,6 +84,9 @@ class UnsupportedLocation(MaintenanceError):
     """A table location orphan removal cannot list (no pyarrow filesystem, or split across file systems)."""
 
 
+class RowLevelError(RouterError):
+    """A row-level change (position deletes, a row delta, locating keys) this table cannot take."""
+
 
 class TransientError(RouterError):
     """A transient error leaving a Spark task, marked so the driver can tell from the text alone."""

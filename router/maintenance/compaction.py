@@ -7,14 +7,23 @@ commits ONE `replace` snapshot per table (old files out, new files in, same
 rows) and re-validates against concurrent writers: an append landing meanwhile
 is kept, a replaced file that is no longer live aborts the compaction and
 leaves the table unchanged.
+
+Tables with position deletes (upserts, change streams) are compacted too: the
+rewritten files have the deletes applied, and the delete files left naming only
+rewritten (or no longer live) data files leave in the same snapshot. A file
+whose deletes remove at least DELETE_RATIO of its rows is rewritten even when
+it is large or alone in its partition. Position deletes that land on a planned
+file meanwhile abort the compaction (their rows would come back). Tables with
+equality deletes are left alone: a rewritten file gets a newer sequence number,
+which would undo them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
@@ -22,19 +31,24 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
 from pyiceberg.table import FileScanTask, TableProperties
 from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+from pyiceberg.table.update.snapshot import _ManifestMergeManager
 from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog import backoff, delete_quietly
-from router.catalog.sql import StagedTransaction
-from router.exceptions import CompactionConflict, MaintenanceError
+from router.catalog.row_delta import FileChanges
+from router.catalog.snapshot_files import SnapshotFiles, deleted_counts, live_delete_files, snapshot_files
 from router.catalog.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
+from router.catalog.sql import StagedTransaction
+from router.exceptions import CompactionConflict, MaintenanceError, RowLevelError
 from router.progress import held_summaries
 
 log = logging.getLogger("icerouter.maintenance")
 
 SMALL_FILE_RATIO = 0.75  # files at >= 75% of the target are left alone
+# a file whose position deletes remove >= 30% of its rows is rewritten whatever its size, even alone
+# (Iceberg's RewriteDataFiles `delete-ratio-threshold` default): reads stop paying for dead rows
+DELETE_RATIO = 0.3
 COMMIT_ATTEMPTS = 4
 COMPACTION_SUMMARY = {"icerouter.maintenance": "compaction"}
 LOCAL_SCHEMES = ("", "file")
@@ -51,10 +65,14 @@ class CompactionGroup:
     partition: Any  # pyiceberg Record
     partition_path: str
     files: tuple[DataFile, ...] = field(repr=False)
+    deleted_rows: int = 0  # rows of the files the position deletes remove (not rewritten)
+    # per file (same order), the position-delete files that applied to it when planned
+    deletes: tuple[tuple[DataFile, ...], ...] = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         return (f"CompactionGroup(spec_id={self.spec_id}, partition={self.partition_path!r}, "
-                f"files={len(self.files)}, bytes={self.input_bytes}, rows={self.input_rows})")
+                f"files={len(self.files)}, bytes={self.input_bytes}, rows={self.input_rows}"
+                + (f", deleted_rows={self.deleted_rows})" if self.deleted_rows else ")"))
 
     @property
     def input_bytes(self) -> int:
@@ -64,14 +82,28 @@ class CompactionGroup:
     def input_rows(self) -> int:
         return sum(f.record_count for f in self.files)
 
+    @property
+    def output_rows(self) -> int:
+        return self.input_rows - self.deleted_rows
+
 
 def plan_groups(files: Iterable[DataFile], target_file_size_bytes: int, min_input_files: int = 2,
-                partition_path: Callable[[DataFile], str] = lambda f: str(f.partition)) -> list[CompactionGroup]:
-    """Bin-pack small files per partition (first fit, largest first) into groups of <= target bytes."""
+                partition_path: Callable[[DataFile], str] = lambda f: str(f.partition),
+                deleted: Mapping[str, int] | None = None) -> list[CompactionGroup]:
+    """Bin-pack small files per partition (first fit, largest first) into groups of <= target bytes.
+
+    `deleted`: data file path -> rows its position deletes remove. A file losing at least
+    DELETE_RATIO of its rows is planned whatever its size, and its group even if it is alone.
+    """
     threshold = SMALL_FILE_RATIO * target_file_size_bytes
+    deleted = deleted or {}
+
+    def mostly_deleted(f: DataFile) -> bool:
+        return deleted.get(f.file_path, 0) >= DELETE_RATIO * max(f.record_count, 1)
+
     partitions: dict[tuple, list[DataFile]] = {}
     for f in files:
-        if f.file_size_in_bytes < threshold:
+        if f.file_size_in_bytes < threshold or mostly_deleted(f):
             partitions.setdefault((f.spec_id, f.partition), []).append(f)
     groups = []
     for (spec_id, partition), members in partitions.items():
@@ -86,7 +118,8 @@ def plan_groups(files: Iterable[DataFile], target_file_size_bytes: int, min_inpu
                 bins[slot].append(f)
                 sizes[slot] += f.file_size_in_bytes
         label = partition_path(members[0])
-        groups += [CompactionGroup(spec_id, partition, label, tuple(b)) for b in bins if len(b) >= min_input_files]
+        groups += [CompactionGroup(spec_id, partition, label, tuple(b), sum(deleted.get(f.file_path, 0) for f in b))
+                   for b in bins if len(b) >= min_input_files or any(map(mostly_deleted, b))]
     return sorted(groups, key=lambda g: (g.spec_id, g.partition_path, -len(g.files)))
 
 
@@ -97,25 +130,31 @@ def live_data_files(table) -> list[DataFile]:
     return [task.file for task in table.scan().plan_files() if not task.delete_files]
 
 
-def _delete_file_count(table) -> int:
+def _equality_delete_count(table) -> int:
     snapshot = table.current_snapshot()
-    return int(snapshot.summary.get("total-delete-files") or 0) if snapshot and snapshot.summary else 0
+    return int(snapshot.summary.get("total-equality-deletes") or 0) if snapshot and snapshot.summary else 0
 
 
 def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2) -> list[CompactionGroup]:
     """Compaction groups for the table's current snapshot (no writes)."""
-    if _delete_file_count(table):
+    if table.current_snapshot() is None or _equality_delete_count(table):
         return []  # rewritten files get a newer sequence number, which would undo equality deletes
+    try:
+        files = snapshot_files(table)
+    except RowLevelError:  # equality deletes the summary did not count
+        return []
     specs, schema = table.specs(), table.schema()
-    return plan_groups(live_data_files(table), target_file_size_bytes, min_input_files,
-                       lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>")
+    groups = plan_groups(files.data.values(), target_file_size_bytes, min_input_files,
+                         lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>",
+                         deleted_counts(table, files))
+    return [replace(g, deletes=tuple(files.delete_files_for(f.file_path) for f in g.files)) for g in groups]
 
 
 # ----------------------------------------------------------------------------- apply
 
-class _ReplaceFiles(_OverwriteFiles):
-    """pyiceberg's overwrite producer, recorded as `replace` (same rows, other files), that also
-    merges the many one-batch manifests the job's fast appends leave behind."""
+class _ReplaceFiles(FileChanges):
+    """Files out, files in, recorded as `replace` (same rows, other files; delete files applied and
+    dropped); also merges the many one-batch manifests the job's appends leave behind."""
 
     def _summary(self, snapshot_properties=None) -> Summary:
         """Also the job offsets its parent holds (same rows, same offsets): a table rolled back to this
@@ -140,7 +179,7 @@ class _ReplaceFiles(_OverwriteFiles):
                                  TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT)
         data = [m for m in manifests if m.content == ManifestContent.DATA]
         merged = _ManifestMergeManager(target, 2, True, self).merge_manifests(data)
-        return merged + [m for m in manifests if m.content != ManifestContent.DATA]
+        return merged + self._merge_deletes([m for m in manifests if m.content != ManifestContent.DATA], 2)
 
 
 @dataclass
@@ -154,33 +193,38 @@ class CompactionResult:
     attempts: int = 0
     snapshot_id: int | None = None
     seconds: float = 0.0
+    rows_deleted: int = 0  # rows the position deletes had removed, left out of the rewritten files
+    removed_delete_files: list[str] = field(default_factory=list)  # position-delete files dropped
 
 
-def _read_windows(files: Sequence[DataFile], window_bytes: int) -> Iterable[list[DataFile]]:
+def _read_windows(tasks: Sequence[FileScanTask], window_bytes: int) -> Iterable[list[FileScanTask]]:
     """Consecutive files of at most ``window_bytes`` on disk (at least one file each)."""
     window, size = [], 0
-    for f in files:
-        if window and size + f.file_size_in_bytes > window_bytes:
+    for task in tasks:
+        if window and size + task.file.file_size_in_bytes > window_bytes:
             yield window
             window, size = [], 0
-        window.append(f)
-        size += f.file_size_in_bytes
+        window.append(task)
+        size += task.file.file_size_in_bytes
     if window:
         yield window
 
 
 def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buffer_bytes: int,
                  window_bytes: int) -> RollingWriter:
-    """Stream a group, projected to the current schema, into target-size file(s).
+    """Stream a group, projected to the current schema and its position deletes applied, into
+    target-size file(s).
 
     Reads a window of files at a time and writes row groups as they fill, so
     memory is bounded by the window and the buffer, not by the group's size.
     """
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     writer = RollingWriter(table, target_file_size_bytes, buffer_bytes=buffer_bytes)
+    deletes = group.deletes or ((),) * len(group.files)
+    tasks = [FileScanTask(f, delete_files=set(d)) for f, d in zip(group.files, deletes)]
     try:
-        for window in _read_windows(group.files, window_bytes):
-            for batch in scan.to_record_batches([FileScanTask(f) for f in window]):
+        for window in _read_windows(tasks, window_bytes):
+            for batch in scan.to_record_batches(window):
                 writer.write(batch)
         writer.close()
     except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
@@ -189,10 +233,10 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buf
     except BaseException:
         delete_quietly(table.io, writer.abort())
         raise
-    if writer.rows != group.input_rows:
+    if writer.rows != group.output_rows:
         delete_quietly(table.io, writer.paths)
-        raise MaintenanceError("rows read differ from the manifests", table=_name(table),
-                               partition=group.partition_path, expected=group.input_rows, read=writer.rows)
+        raise MaintenanceError("rows read differ from the manifests and deletes", table=_name(table),
+                               partition=group.partition_path, expected=group.output_rows, read=writer.rows)
     return writer
 
 
@@ -210,45 +254,78 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
     target = target_file_size_bytes or max(g.input_bytes for g in groups)
     spec_id = table.metadata.default_spec_id
     old, new = [f for g in groups for f in g.files], []
+    planned = {f.file_path: frozenset(d.file_path for d in ds)
+               for g in groups for f, ds in zip(g.files, g.deletes or ((),) * len(g.files))}
+    expected = sum(g.output_rows for g in groups)
     try:
         for group in groups:
             new += _write_group(table, group, target, buffer_bytes, window_bytes).files
-        if sum(f.record_count for f in new) != sum(f.record_count for f in old):
-            raise MaintenanceError("rewritten files do not hold the same number of rows", table=_name(table))
+        if sum(f.record_count for f in new) != expected:
+            raise MaintenanceError("rewritten files do not hold the rows left after deletes", table=_name(table))
     except BaseException:
         delete_quietly(table.io, [f.file_path for f in new])
         raise
     try:
-        result.snapshot_id, result.attempts = _commit_replace(table, old, new, spec_id, attempts)
+        producer, result.attempts = _commit_replace(table, old, new, spec_id, attempts, planned)
     except MaintenanceError:  # the commit did not land, so the new files are referenced by nothing
         delete_quietly(table.io, [f.file_path for f in new])
         raise
+    result.snapshot_id = producer.snapshot_id
+    result.removed_delete_files = sorted(f.file_path for f in producer._removed_delete_files)
     result.files_removed, result.files_added = len(old), len(new)
     result.bytes_removed = sum(f.file_size_in_bytes for f in old)
     result.bytes_added = sum(f.file_size_in_bytes for f in new)
     result.rows = sum(f.record_count for f in new)
+    result.rows_deleted = sum(g.deleted_rows for g in groups)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: int, attempts: int) -> tuple[int, int]:
-    """Commit old -> new; on a conflict refresh and retry, re-checking that every old file is still live."""
+def _obsolete_deletes(table, files: SnapshotFiles, rewritten: set[str]) -> list[DataFile]:
+    """Position-delete files naming only data files being rewritten (or no longer live)."""
+    return [d.delete_file for d in live_delete_files(table, files)
+            if any(p in rewritten for p in d.referenced)
+            and all(p in rewritten or p not in files.data for p in d.referenced)]
+
+
+def _check_unchanged(table, old: list[DataFile], planned: dict[str, frozenset]) -> SnapshotFiles:
+    """The planned files are still live, with the same position deletes as when they were read."""
+    try:
+        files = snapshot_files(table)
+    except RowLevelError as exc:
+        raise CompactionConflict(f"the table changed during compaction: {exc.message}", table=_name(table)) from None
+    if any(f.file_path not in files.data for f in old):
+        raise CompactionConflict("replaced files are no longer live", table=_name(table))
+    for f in old:
+        if {d.file_path for d in files.delete_files_for(f.file_path)} != planned.get(f.file_path, frozenset()):
+            # rows deleted meanwhile would come back in the rewritten file
+            raise CompactionConflict("rows of a compacted file were deleted during compaction", table=_name(table),
+                                     file=f.file_path)
+    return files
+
+
+def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: int, attempts: int,
+                    planned: dict[str, frozenset]) -> tuple[_ReplaceFiles, int]:
+    """Commit old -> new; on a conflict refresh and retry, re-checking that every old file is still live
+    and has the position deletes it was read with; delete files left naming only old files go too."""
+    rewritten = {f.file_path for f in old}
     for attempt in range(attempts):
         if attempt:
             table.refresh()
         if table.metadata.default_spec_id != spec_id:
             raise CompactionConflict("the partition spec changed during compaction", table=_name(table))
-        if _delete_file_count(table):  # row-level deletes aimed at the old files would be lost
-            raise CompactionConflict("delete files appeared during compaction", table=_name(table))
+        files = _check_unchanged(table, old, planned)
         try:
             with StagedTransaction(table) as tx:
-                replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
-                                        snapshot_properties=dict(COMPACTION_SUMMARY))
+                producer = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
+                                         snapshot_properties=dict(COMPACTION_SUMMARY))
                 for f in old:
-                    replace.delete_data_file(f)
+                    producer.delete_data_file(f)
                 for f in new:
-                    replace.append_data_file(f)
-                replace.commit()
+                    producer.append_data_file(f)
+                for d in _obsolete_deletes(table, files, rewritten):
+                    producer.remove_delete_file(d)
+                producer.commit()
         except ValidationException as exc:
             raise CompactionConflict(f"replaced files are no longer live: {exc}", table=_name(table)) from None
         except CommitFailedException as exc:
@@ -256,8 +333,8 @@ def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: in
             backoff(attempt, base=0.05, cap=2.0)
             continue
         table.refresh()
-        _drop_intermediate_manifests(table, replace)
-        return replace.snapshot_id, attempt + 1
+        _drop_intermediate_manifests(table, producer)
+        return producer, attempt + 1
     raise CompactionConflict("the commit kept conflicting", table=_name(table), attempts=attempts)
 
 

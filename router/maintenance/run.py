@@ -214,6 +214,7 @@ class MaintenanceScheduler:
                 replaced = self.replaced.pop(name, set())
                 if report.compaction.files_removed:
                     replaced |= {f.file_path for g in report.planned_groups for f in g.files}
+                    replaced |= set(report.compaction.removed_delete_files)
                 report.replaced_deleted, still = delete_unreferenced(table, replaced)
                 if still:
                     self.replaced[name] = still

@@ -1,0 +1,235 @@
+"""What one snapshot holds, for row-level work: live data files, their position deletes, deleted rows.
+
+Locating keys, writing position deletes, validating a row delta and compacting
+a table with deletes all ask the same questions of a snapshot: which data files
+are live (with their sequence numbers), which position-delete files apply to
+each (Iceberg's scan rule: a position delete applies to data files of its own
+partition and a sequence number <= its own, and only to the paths it names),
+and which rows of a file they delete. Snapshots, manifests and delete files
+never change once written, so the answers are cached: the file index per
+(table, snapshot id) and the positions per delete file, both in bounded LRUs.
+
+pyiceberg 0.12 names used: ``DeleteFileIndex`` (pyiceberg.table.delete_file_index,
+the index its own scans match delete files with), ``ExecutorFactory`` (its shared
+thread pool) and ``ArrowScan`` / ``FileScanTask``, which apply position deletes
+when they read a data file. Equality deletes are refused: pyiceberg cannot read them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from cachetools import LRUCache
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, FileFormat, ManifestEntry
+from pyiceberg.table import FileScanTask
+from pyiceberg.table.delete_file_index import DeleteFileIndex
+from pyiceberg.utils.concurrent import ExecutorFactory
+
+from router.exceptions import RowLevelError
+
+#: Field ids of a position-delete file's columns (Iceberg spec, reserved ids).
+FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
+
+#: Snapshots whose file index is kept (a job commits a table once per batch: the last few are asked).
+SNAPSHOT_CACHE_SIZE = 64
+#: Bytes of deleted positions kept in memory, over all delete files (8 bytes a position plus paths).
+DELETES_CACHE_BYTES = 256 * 1024 * 1024
+
+_lock = threading.Lock()
+_snapshots: LRUCache = LRUCache(maxsize=SNAPSHOT_CACHE_SIZE)
+_positions: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES,
+                                getsizeof=lambda v: 64 + sum(len(p) + a.nbytes for p, a in v.items()))
+
+
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """The live files of one snapshot: data files by path and the position deletes that apply to them."""
+
+    snapshot_id: int | None
+    data: Mapping[str, DataFile] = field(default_factory=dict, repr=False)
+    sequence: Mapping[str, int] = field(default_factory=dict, repr=False)  # data file path -> data sequence number
+    deletes: tuple[tuple[DataFile, int], ...] = field(default=(), repr=False)  # (delete file, sequence number)
+    _applies: Mapping[str, tuple[DataFile, ...]] = field(default_factory=dict, repr=False)
+
+    def delete_files_for(self, path: str) -> tuple[DataFile, ...]:
+        """Position-delete files that apply to the live data file at `path` (none for an unknown path)."""
+        return self._applies.get(path, ())
+
+
+def _entries(io, manifest) -> list[ManifestEntry]:
+    return manifest.fetch_manifest_entry(io, discard_deleted=True)
+
+
+def _build(table, snapshot) -> SnapshotFiles:
+    io = table.io
+    manifests = snapshot.manifests(io)
+    data_entries: list[ManifestEntry] = []
+    index = DeleteFileIndex()
+    deletes: list[tuple[DataFile, int]] = []
+    for entries in ExecutorFactory.get_or_create().map(lambda m: _entries(io, m), manifests):
+        for entry in entries:
+            content = entry.data_file.content
+            if content == DataFileContent.DATA:
+                data_entries.append(entry)
+            elif content == DataFileContent.POSITION_DELETES:
+                index.add_delete_file(entry, partition_key=entry.data_file.partition)
+                deletes.append((entry.data_file, entry.sequence_number or INITIAL_SEQUENCE_NUMBER))
+            else:
+                raise RowLevelError("the table holds equality deletes, which this reader cannot apply",
+                                    table=_name(table), file=entry.data_file.file_path)
+    data, sequence, applies = {}, {}, {}
+    for entry in data_entries:
+        f, seq = entry.data_file, entry.sequence_number or INITIAL_SEQUENCE_NUMBER
+        data[f.file_path], sequence[f.file_path] = f, seq
+        if deletes:
+            found = index.for_data_file(seq, f, partition_key=f.partition)
+            if found:
+                applies[f.file_path] = tuple(sorted(found, key=lambda d: d.file_path))
+    return SnapshotFiles(snapshot.snapshot_id, data, sequence, tuple(deletes), applies)
+
+
+def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> SnapshotFiles:
+    """The file index of the table's current snapshot (or of `snapshot_id`), cached per snapshot.
+    `metadata`: a transaction's staged metadata instead of the table's."""
+    metadata = metadata or table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    if snapshot is None:
+        if snapshot_id is not None:
+            raise RowLevelError("no such snapshot", table=_name(table), snapshot_id=snapshot_id)
+        return SnapshotFiles(None)
+    key = (str(metadata.table_uuid), snapshot.snapshot_id)
+    with _lock:
+        found = _snapshots.get(key)
+    if found is None:
+        found = _build(table, snapshot)
+        with _lock:
+            _snapshots[key] = found
+    return found
+
+
+# ----------------------------------------------------------------------------- deleted positions
+
+def remember_positions(delete_path: str, positions: Mapping[str, np.ndarray]) -> None:
+    """Seed the cache with a delete file just written (its writer knows its content)."""
+    with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
+        _positions[delete_path] = dict(positions)
+
+
+def read_position_deletes(io, delete_file: DataFile) -> dict[str, np.ndarray]:
+    """data file path -> sorted int64 positions a position-delete file names (cached by path)."""
+    path = delete_file.file_path
+    with _lock:
+        found = _positions.get(path)
+    if found is not None:
+        return found
+    if delete_file.file_format != FileFormat.PARQUET:
+        raise RowLevelError("only Parquet position-delete files are read here", file=path,
+                            format=str(delete_file.file_format))
+    with io.new_input(path).open() as stream:
+        data = pq.read_table(stream, columns=["file_path", "pos"], read_dictionary=["file_path"])
+    found = split_by_path(data.column("file_path"), data.column("pos"))
+    with _lock, contextlib.suppress(ValueError):
+        _positions[path] = found
+    return found
+
+
+def split_by_path(paths: pa.ChunkedArray | pa.Array, positions: pa.ChunkedArray | pa.Array) -> dict[str, np.ndarray]:
+    """Group (file_path, pos) columns into path -> sorted unique int64 positions."""
+    if len(paths) == 0:
+        return {}
+    encoded = _dictionary(paths)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    pos = np.asarray(positions.to_numpy() if isinstance(positions, pa.Array)
+                     else positions.combine_chunks().to_numpy(), dtype=np.int64)
+    order = np.argsort(codes, kind="stable")
+    codes, pos = codes[order], pos[order]
+    starts = np.flatnonzero(np.diff(codes, prepend=-1))
+    ends = np.append(starts[1:], len(codes))
+    names = encoded.dictionary.to_pylist()
+    return {names[codes[s]]: np.unique(pos[s:e]) for s, e in zip(starts, ends)}
+
+
+def _dictionary(paths: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """One dictionary-encoded array of `paths`, whether they came encoded or not."""
+    if isinstance(paths, pa.ChunkedArray):
+        paths = (paths.unify_dictionaries() if pa.types.is_dictionary(paths.type) else paths).combine_chunks()
+    return paths if pa.types.is_dictionary(paths.type) else paths.dictionary_encode()
+
+
+def deleted_positions(table, path: str, files: SnapshotFiles | None = None) -> np.ndarray:
+    """Sorted positions of the live data file at `path` that the snapshot's position deletes remove."""
+    files = files or snapshot_files(table)
+    arrays = [read_position_deletes(table.io, d).get(path) for d in files.delete_files_for(path)]
+    arrays = [a for a in arrays if a is not None and len(a)]
+    if not arrays:
+        return np.empty(0, dtype=np.int64)
+    return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+
+
+def deleted_counts(table, files: SnapshotFiles | None = None) -> dict[str, int]:
+    """data file path -> rows its position deletes remove, for every live data file that has any."""
+    files = files or snapshot_files(table)
+    paths = [p for p in files.data if files.delete_files_for(p)]
+    return {p: int(len(deleted_positions(table, p, files))) for p in paths}
+
+
+@dataclass(frozen=True)
+class LiveDeleteFile:
+    """A position-delete file of the current snapshot and the rows it names per data file path."""
+
+    delete_file: DataFile
+    sequence_number: int
+    referenced: Mapping[str, int]  # data file path -> positions named (live or not)
+    data_files: tuple[DataFile, ...]  # the live data files it applies to
+
+
+def live_delete_files(table, files: SnapshotFiles | None = None) -> list[LiveDeleteFile]:
+    """Every position-delete file of the snapshot, with the data files it references (read from it)."""
+    files = files or snapshot_files(table)
+    applied: dict[str, list[DataFile]] = {}
+    for path, data_file in files.data.items():
+        for d in files.delete_files_for(path):
+            applied.setdefault(d.file_path, []).append(data_file)
+    out = []
+    for delete_file, seq in files.deletes:
+        named = read_position_deletes(table.io, delete_file)
+        live = tuple(f for f in applied.get(delete_file.file_path, ()) if f.file_path in named)
+        out.append(LiveDeleteFile(delete_file, seq, {p: int(len(a)) for p, a in named.items()}, live))
+    return out
+
+
+# ----------------------------------------------------------------------------- reading with deletes applied
+
+def scan_task(table, data_file: DataFile, files: SnapshotFiles | None = None) -> FileScanTask:
+    """A pyiceberg scan task for one live data file with the position deletes that apply to it."""
+    files = files or snapshot_files(table)
+    return FileScanTask(data_file, delete_files=set(files.delete_files_for(data_file.file_path)))
+
+
+def read_live_rows(table, data_files: Sequence[DataFile], files: SnapshotFiles | None = None,
+                   columns: Iterable[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of the data files, projected to the current schema, their position deletes applied."""
+    files = files or snapshot_files(table)
+    schema = table.schema() if columns is None else table.schema().select(*columns)
+    scan = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
+    yield from scan.to_record_batches([scan_task(table, f, files) for f in data_files])
+
+
+def clear_caches() -> None:
+    """Forget cached snapshot indexes and positions (tests, benchmarks)."""
+    with _lock:
+        _snapshots.clear()
+        _positions.clear()
+
+
+def _name(table) -> str:
+    return ".".join(table.name()) if hasattr(table, "name") else str(table)
