@@ -20,18 +20,22 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from router.catalog.deletes import write_position_deletes
 from router.catalog.expiry import snapshots_to_expire
+from router.catalog.locate import locate_keys
+from router.catalog.row_delta import row_delta
+from router.catalog.snapshot_files import snapshot_files
 from router.catalog.sql import StagedTransaction
-from router.catalog.tables import backoff, load_table, manifest_merge_properties
+from router.catalog.tables import backoff, delete_quietly, load_table, manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
 from router.faults import crash_point
-from router.progress import next_offsets, overlap, property_name, stored_progress
+from router.progress import next_offsets, overlap, property_name, stored_progress, widen
 
 
 @dataclass
@@ -52,6 +56,7 @@ class CommitOutcome:
     expired: int = 0
     committed_at: float = 0.0  # wall clock (time.time()) when the table's commit became visible
     where: str = "driver"  # driver | task
+    deleted_rows: int = 0  # upsert tables: rows this commit deleted (replaced or removed keys)
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
 
@@ -96,19 +101,22 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                  where: str = "driver") -> CommitOutcome:
     """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
     started, cpu_started, process_started = time.perf_counter(), time.thread_time(), time.process_time()
+    if result.later:  # upsert parts of several tasks: one snapshot each, in turn (router/descriptors.py)
+        return _commit_parts(catalog, result, job, batch_id, retries, maintenance, drill, where)
     outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where,
                             offsets=dict(result.offsets))
-    if not result.data_files and not result.settled:
+    if not result.has_work and not result.settled:
         outcome.status = "empty"
         return outcome
     prop = property_name(job)
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         outcome.attempts = attempt + 1
+        deletes: list = []
         try:
             table = load_table(catalog, result.table, refresh=attempt > 0)
             previous = stored_progress(table, job)
-            if result.data_files:
+            if result.has_work:
                 held = held_already(previous.get("offsets", {}), result.offsets)
                 if held == "all":
                     outcome.status = "skipped"
@@ -118,14 +126,17 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                     break
             doc = progress_document(previous, result, batch_id)
             expire = due_for_expiry(table.metadata, maintenance)
+            deletes = replaced_rows(table, result.upsert) if result.upsert is not None else []
             with StagedTransaction(table) as tx:
-                if not result.data_files:  # the dead-letter table's settled offsets move every batch
+                if not result.has_work:  # the dead-letter table's settled offsets move every batch
                     doc["at_snapshot"] = table.metadata.current_snapshot_id
                 # set first: the append reads the manifest merge settings from the staged properties
                 tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties),
                                    prop: json.dumps(doc)})
-                if result.data_files:
-                    summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
+                summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
+                if result.upsert is not None:  # images and the position deletes of the rows they replace
+                    row_delta(tx, result.data_files, deletes, snapshot_properties=summary)
+                elif result.data_files:
                     with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
                         for data_file in result.data_files:
                             append.append_data_file(data_file)
@@ -133,6 +144,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                     ExpireSnapshots(tx).by_ids(expire).commit()
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
+            outcome.deleted_rows = sum(f.record_count for f in deletes)
             outcome.snapshot_id = table.metadata.current_snapshot_id
             outcome.expired = len(expire)
             outcome.committed_at = time.time()
@@ -141,10 +153,14 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         except NoSuchTableError as exc:
             last_error = exc
             break
-        except CommitFailedException as exc:
+        except (CommitFailedException, ValidationException) as exc:  # lost the swap: locate the keys again
             last_error = exc
+            if deletes:
+                delete_quietly(table.io, [f.file_path for f in deletes])
         except Exception as exc:  # catalog unreachable, I/O errors: retry, then report
             last_error = exc
+            if deletes:
+                delete_quietly(table.io, [f.file_path for f in deletes])
         if attempt < retries and not (attempt == 0 and isinstance(last_error, CommitFailedException)):
             # a first lost swap means another committer just landed: refresh and go again at once;
             # repeated losses (several committers of one table) and failures back off
@@ -156,3 +172,39 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     outcome.cpu_seconds = time.thread_time() - cpu_started
     outcome.process_cpu_seconds = time.process_time() - process_started
     return outcome
+
+
+def replaced_rows(table, work) -> list:
+    """Position-delete files for the live rows of the keys an upsert result changed, located on the
+    snapshot this attempt builds on (a lost swap locates again: never stale positions)."""
+    files = snapshot_files(table)
+    located = locate_keys(table, work.touched, work.key_columns, files)
+    if located.num_rows == 0:
+        return []
+    return write_position_deletes(table, located.select(["file_path", "pos"]), files)
+
+
+def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int,
+                  maintenance: MaintenanceConfig | None, drill, where: str) -> CommitOutcome:
+    """Each task's part of an upsert table in its own snapshot, in turn; one outcome for the table."""
+    first = replace(result, later=[])
+    total = CommitOutcome(result.table, "empty", where=where, offsets=dict(result.offsets))
+    for part in [first, *result.later]:
+        outcome = commit_table(catalog, part, job, batch_id, retries, maintenance, drill, where)
+        widen(total.offsets, part.offsets)
+        total.rows += outcome.rows
+        total.files += outcome.files
+        total.attempts += outcome.attempts
+        total.seconds += outcome.seconds
+        total.cpu_seconds += outcome.cpu_seconds
+        total.process_cpu_seconds += outcome.process_cpu_seconds
+        total.expired += outcome.expired
+        total.deleted_rows += outcome.deleted_rows
+        if outcome.status == "failed":
+            total.status, total.error, total.transient = "failed", outcome.error, outcome.transient
+            break
+        if outcome.status == "committed" or total.status == "empty":
+            total.status = outcome.status
+        total.snapshot_id = outcome.snapshot_id or total.snapshot_id
+        total.committed_at = outcome.committed_at or total.committed_at
+    return total

@@ -115,6 +115,13 @@ class ChangeScript:
         yield Event({"id": key}, self._envelope("d", before, None), "d")
         yield Event({"id": key}, None, None)  # the tombstone that lets Kafka compact the key away
 
+    def recreate(self, key: int) -> Iterator[Event]:
+        """INSERT of a key that was deleted before (or a new one: the key given)."""
+        row = self._row(key)
+        self.rows[key] = row
+        self.next_id = max(self.next_id, key + 1)
+        yield Event({"id": key}, self._envelope("c", None, row), "c")
+
     def change_key(self, key: int | None = None) -> Iterator[Event]:
         """An UPDATE of the primary key: delete of the old key, create of the new one."""
         if not self.rows:

@@ -121,7 +121,7 @@ class Dispatcher:
         t_commit = time.perf_counter()
         # tables the tasks committed already; the driver commits what they left (or everything)
         in_tasks = [o for r in results.values() for o in r.commits]
-        report = self.commit_with_outage_retry({t: r for t, r in results.items() if r.data_files}, batch_id)
+        report = self.commit_with_outage_retry({t: r for t, r in results.items() if r.has_work}, batch_id)
         report.outcomes = in_tasks + report.outcomes
         failed = {o.table: o.error for o in report.failed}
         failed.update({r.table: r.failure for r in results.values() if r.failure and r.table not in failed})

@@ -81,10 +81,10 @@ def commit_here(ctx: DispatchContext, results: Sequence[TableResult]) -> None:
     the whole batch settled.
     """
     for result in results:
-        if not result.data_files or result.table == ctx.dlq.table:
+        if not result.has_work or result.table == ctx.dlq.table:
             continue
         outcome = commit_table(ctx.catalog, result, ctx.job, ctx.batch_id, retries=ctx.commit_retries,
                                maintenance=ctx.maintenance, drill=ctx.drill, where="task")
         if outcome.status in ("committed", "skipped"):
             result.commits.append(outcome)
-            result.data_files, result.offsets, result.rows = [], {}, 0
+            result.data_files, result.offsets, result.rows, result.upsert = [], {}, 0, None

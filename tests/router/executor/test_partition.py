@@ -74,7 +74,7 @@ def run_batch(dispatcher: Dispatcher, batches: list[pa.RecordBatch], batch_id: i
                 result = pickle.loads(blob)
                 results.setdefault(table, TableResult(table)).merge(result)
     # as the dispatcher does: the tasks committed what they could, the driver commits the rest
-    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.data_files],
+    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.has_work],
                         dispatcher.config.job.name, batch_id)
     report.outcomes = [o for r in results.values() for o in r.commits] + report.outcomes
     return results, report
@@ -332,7 +332,7 @@ def test_partition_runs_in_consumer_order_reach_every_table_once(catalog_config,
         for table, blob in zip(out.column("table").to_pylist(), out.column("descriptor").to_pylist()):
             if table != STATS_ROW:
                 results[table] = pickle.loads(blob)
-    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.data_files],
+    report = commit_all(dispatcher.config.catalog, [r for r in results.values() if r.has_work],
                         dispatcher.config.job.name, 0)
     assert not report.failed, report.failed
 
