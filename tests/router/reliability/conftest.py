@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import uuid
 
 import pytest
 
-
-def self_signed_certificate(directory) -> tuple[str, str]:
-    """A throwaway certificate for 127.0.0.1 made with the openssl CLI: (cert path, key path)."""
-    cert, key = str(directory / "registry-cert.pem"), str(directory / "registry-key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return cert, key
+from scripts.reliability.helpers import self_signed_certificate
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from collections import Counter
 import pytest
 import yaml
 
+from scripts.reliability import scenarios
+from scripts.reliability.helpers import REPO, job_env, load_catalog_from, metadata_path
 from tests.duckdb_reader import connect
-from tests.router.reliability import scenarios
-from tests.router.reliability.helpers import REPO, job_env, load_catalog_from, metadata_path
 
 pytestmark = pytest.mark.slow
 

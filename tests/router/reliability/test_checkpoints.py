@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.router.reliability import checkpoints
-from tests.router.reliability.scenarios import Services
+from scripts.reliability import checkpoints
+from scripts.reliability.scenarios import Services
 
 pytestmark = pytest.mark.slow
 

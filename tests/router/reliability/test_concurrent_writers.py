@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from tests.router.reliability import concurrency, scenarios
-from tests.router.reliability.helpers import load_catalog_from
+from scripts.reliability import concurrency, scenarios
+from scripts.reliability.helpers import load_catalog_from
 
 pytestmark = pytest.mark.slow
 

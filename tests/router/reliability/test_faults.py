@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.router.reliability import outages
+from scripts.reliability import outages
 
 pytestmark = pytest.mark.slow
 

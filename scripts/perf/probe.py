@@ -1,4 +1,4 @@
-"""Measurement probes for the benchmark: process memory, data files, per-batch and per-commit records.
+"""Measurement probes for the benchmarks: process memory and CPU, data files, per-batch and per-commit records.
 
 Nothing here changes what the job does: the recording dispatcher only notes
 times around the product's own Dispatcher and copies each batch's commit
@@ -16,9 +16,6 @@ from pathlib import Path
 
 from router.driver.dispatcher import Dispatcher
 
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def _status_kb(pid: int, key: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -30,7 +27,8 @@ def _status_kb(pid: int, key: str) -> int:
     return 0
 
 
-def _children() -> dict[int, list[int]]:
+def children() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process on the machine, from /proc."""
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -44,7 +42,8 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """The command line of `pid`, arguments joined by spaces ("" once it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
@@ -96,12 +95,12 @@ class MemorySampler:
 
     def sample(self) -> None:
         me = os.getpid()
-        kids = _children()
+        kids = children()
         remote = set(_descendants(kids, self.executor_roots))
         workers_now = executors_now = 0
         self.peak["driver_python_mb"] = max(self.peak["driver_python_mb"], _status_kb(me, "VmHWM") / 1024)
         for pid in _descendants(kids, [me]) + sorted(remote):
-            cmd = _cmdline(pid)
+            cmd = cmdline(pid)
             if "java" in cmd.split(" ", 1)[0]:
                 if pid in remote:
                     executors_now += _status_kb(pid, "VmRSS") / 1024
@@ -130,6 +129,10 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def wait_until_idle(pid: int, cores: float = 0.05, quiet_seconds: float = 5.0, timeout: float = 600.0) -> float:
     """Wait until process `pid` has used under `cores` for `quiet_seconds` in a row; the seconds waited.
 
@@ -152,7 +155,7 @@ def wait_until_idle(pid: int, cores: float = 0.05, quiet_seconds: float = 5.0, t
 def _role(pid: int, me: int) -> str:
     if pid == me:
         return "driver_python"
-    cmd = _cmdline(pid)
+    cmd = cmdline(pid)
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
     if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
@@ -185,7 +188,7 @@ class CpuSampler:
         return (sum(values[:8]) - idle) / TICKS
 
     def sample(self) -> dict:
-        for pid in [self.me, *_descendants(_children(), [self.me])]:
+        for pid in [self.me, *_descendants(children(), [self.me])]:
             role = self.last_seen[pid][0] if pid in self.last_seen else _role(pid, self.me)
             self.last_seen[pid] = (role, _cpu_seconds(pid) or self.last_seen.get(pid, (role, 0.0))[1])
         out = dict.fromkeys(ROLES, 0.0)
@@ -275,11 +278,21 @@ class RecordingDispatcher(Dispatcher):
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 
 
-def percentile(values, q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+def batch_rows(batches, cores: int = 2) -> list[dict]:
+    """Per batch. `commit_work_s`: the driver's commit phase plus the commit seconds of the tasks spread
+    over the executor cores, the commit's share of the batch wherever it ran (tasks or driver)."""
+    rows = []
+    for b in batches:
+        s = b.stats
+        t = s.task_seconds
+        work = s.commit_seconds + t.get("commit", 0.0) / cores
+        rows.append({
+            "batch": s.batch_id, "records": s.records, "rows_written": s.rows_written,
+            "tables": s.tables_committed, "source_s": t.get("source", 0.0), "decode_s": t.get("decode", 0.0),
+            "evolve_s": t.get("evolve", 0.0), "write_s": t.get("write", 0.0),
+            "dispatch_s": round(s.dispatch_seconds, 3), "commit_s": round(s.commit_seconds, 3),
+            "total_s": round(s.total_seconds, 3),
+            "task_commit_s": round(t.get("commit", 0.0), 3), "commit_work_s": round(work, 3),
+            "tables_per_s": round(s.tables_committed / work, 1) if work else 0.0,
+            "dead_letters": s.dead_letters, "failed": s.tables_failed})
+    return rows

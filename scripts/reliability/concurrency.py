@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import router.cli.demo_data as data
-from tests.router.reliability.appender import APPENDER_TOPIC
-from tests.router.reliability.helpers import JobProcess, Ledger, Tally, create_topics, job_env, register, write_config
-from tests.router.reliability.scenarios import Outcome, Services, encode, new_prefix
+from scripts.reliability.appender import APPENDER_TOPIC
+from scripts.reliability.helpers import JobProcess, Ledger, Tally, create_topics, job_env, register, write_config
+from scripts.reliability.scenarios import Outcome, Services, encode, new_prefix
 
 CONCURRENT_TOPICS = 3
 CONCURRENT_PER_TOPIC = 100
@@ -43,7 +43,7 @@ def concurrent_writers(services: Services, workdir: Path) -> Outcome:
     log = workdir / f"{p}.log"
     jobs = [JobProcess(configs[side], log.with_name(f"{p}_{side}.log"), "--available-now",
                        env=services.registry_env) for side in ("a", "b")]
-    appender = subprocess.run([sys.executable, "-m", "tests.router.reliability.appender",
+    appender = subprocess.run([sys.executable, "-m", "scripts.reliability.appender",
                                json.dumps(services.catalog_props), shared, str(APPENDED_ROWS), "0.5"],
                               env=job_env(), capture_output=True, text=True, timeout=400)
     rcs = [job.proc.wait(400) for job in jobs]

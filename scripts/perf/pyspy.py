@@ -19,9 +19,9 @@ INTERESTING = ("router/", "registry/", "evolution/", "pyiceberg/", "pyarrow/", "
 
 
 def _descendants(root: int) -> list[int]:
-    from bench_probe import _children
+    from scripts.perf.probe import children
 
-    kids, out, stack = _children(), [], [root]
+    kids, out, stack = children(), [], [root]
     while stack:
         pid = stack.pop()
         for k in kids.get(pid, []):
@@ -46,16 +46,16 @@ class Profiler:
         self.procs: list[tuple[str, subprocess.Popen, Path]] = []
 
     def start(self) -> "Profiler":
-        from bench_probe import _cmdline
+        from scripts.perf.probe import cmdline
 
         spy = shutil.which("py-spy")
         if spy is None:
             raise SystemExit("--profile needs py-spy: pip install py-spy")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         targets = [("driver", os.getpid(), False)]
-        daemons = [pid for pid in _descendants(os.getpid()) if "pyspark.daemon" in _cmdline(pid)]
+        daemons = [pid for pid in _descendants(os.getpid()) if "pyspark.daemon" in cmdline(pid)]
         for pid in daemons:  # the daemon itself (its forked workers are followed with --subprocesses)
-            if _cmdline(pid).rstrip().endswith("pyspark.worker") and _parent(pid) not in daemons:
+            if cmdline(pid).rstrip().endswith("pyspark.worker") and _parent(pid) not in daemons:
                 targets.append((f"workers-{pid}", pid, True))
         for name, pid, subs in targets:
             out = self.out_dir / f"{name}.txt"

@@ -20,7 +20,8 @@ import time
 import traceback
 from pathlib import Path
 
-import bench_data as data
+from scripts.perf import workload as data
+from scripts.perf.config import job_config
 
 # name, master ("cluster": the standalone cluster), where tables are committed
 CONFIGURATIONS = (
@@ -45,9 +46,8 @@ def measure(spec: dict, conn) -> None:
 
 
 def _measure(spec: dict) -> dict:
-    from bench import batch_rows, job_config
-    from bench_probe import MemorySampler, RecordingDispatcher
     from router.driver.job import build_spark, start_query
+    from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows
 
     args, root = spec["args"], Path(spec["root"])
     config = job_config(args, root, spec["bootstrap"], spec["registry_url"], spec["client"],
@@ -119,7 +119,7 @@ def _chosen(args) -> list[tuple]:
 
 
 def run_commit_scaling(args, stack, root: Path) -> dict:
-    from bench import load_average
+    from scripts.perf.probe import load_average
 
     result = {"mode": "commit-scaling", "topics": args.topics, "records_per_topic": args.scaling_records,
               "measured_batches": args.scaling_batches, "load_before": load_average(), "configurations": []}

@@ -22,29 +22,12 @@ import statistics
 import time
 from pathlib import Path
 
-import bench_data as data
+from scripts.perf import workload as data
+from scripts.perf.config import NAMESPACE, job_config
+from scripts.perf.retention import BrokerRetention
+from scripts.perf.stats import first_last, median_first_last
 
-WINDOW = 10  # batches compared at each end
 CPU_EVERY = 10  # batches between two CPU samples of the run's processes
-
-
-def first_last(values: list[float], n: int = WINDOW) -> dict | None:
-    """Mean of the first n against the last n values (fewer when the run is short, never overlapping)."""
-    n = min(n, len(values) // 2)
-    if n == 0:
-        return None
-    first, last = statistics.mean(values[:n]), statistics.mean(values[-n:])
-    return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
-
-
-def median_first_last(per_batch: list[list[float]], n: int = 10) -> dict | None:
-    """Median of every per-table commit in the first `n` batches against the last `n`: the typical
-    commit, where the mean also carries the batches in which the machine stalled."""
-    if len(per_batch) < 2 * n:
-        return None
-    first = statistics.median(v for batch in per_batch[:n] for v in batch)
-    last = statistics.median(v for batch in per_batch[-n:] for v in batch)
-    return {"n": n, "first": round(first, 4), "last": round(last, 4), "ratio": round(last / first, 3) if first else None}
 
 
 def _mean_ms(values: list[float]) -> float | None:
@@ -95,7 +78,7 @@ def timeline(rows: list[dict], steps: int = 10) -> list[dict]:
 
 def cores_timeline(samples: list, per_second, steps: int = 10) -> list[dict]:
     """Cores used by each process role over `steps` equal spans of the run: which process took
-    the machine when batches slow down (bench_probe.CpuSampler)."""
+    the machine when batches slow down (scripts/perf/probe.py CpuSampler)."""
     if len(samples) < 2:
         return []
     stride = max(1, (len(samples) - 1) // steps)
@@ -120,9 +103,8 @@ def niced_produce(nice: int, *args) -> None:
 
 
 def run_soak(args, stack, root: Path) -> dict:
-    from bench import NAMESPACE, job_config, load_average
-    from bench_probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second
     from router.driver.job import build_spark, start_query, stop_between_batches
+    from scripts.perf.probe import CpuSampler, MemorySampler, RecordingDispatcher, cpu_per_second, load_average
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
     m = config.maintenance
@@ -158,8 +140,7 @@ def run_soak(args, stack, root: Path) -> dict:
     producer = ctx.Process(target=niced_produce, args=(args.nice_load,) + produce_args, name="bench-soak-producer")
     retention = None
     if args.broker_retention:
-        retention = data.BrokerRetention(stack.broker, topics, 1, args.broker_retention,
-                                         dispatcher.batches).start()
+        retention = BrokerRetention(stack.broker, topics, 1, args.broker_retention, dispatcher.batches).start()
     t0 = time.time()
     # a stuck job must not hang the run for ever: ~20x the time the batches should take
     deadline = time.monotonic() + max(600.0, 20 * args.batches * args.trigger)

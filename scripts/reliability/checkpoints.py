@@ -27,10 +27,10 @@ from pathlib import Path
 
 import router.cli.demo_data as data
 from router.routing import normalise_identifier_part
-from tests.router.reliability.helpers import (
+from scripts.reliability.helpers import (
     Ledger, Tally, create_topics, load_catalog_from, register, run_job, write_config,
 )
-from tests.router.reliability.scenarios import Outcome, Services, encode, new_prefix
+from scripts.reliability.scenarios import Outcome, Services, encode, new_prefix
 
 STEPS = ("first run", "checkpoint deleted", "older checkpoint", "table behind, fresh checkpoint",
          "table behind, checkpoint kept", "route added")

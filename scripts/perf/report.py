@@ -1,6 +1,13 @@
-"""Readable tables for the benchmark results (the same dict is written as JSON)."""
+"""Benchmark results out: JSON (the files in benchmarks/) and readable tables of the live modes.
+
+Every benchmark ends with one result dict; `write_json` writes it as benchmarks/*.json hold
+it, `emit` also prints it, `render` turns a live mode's dict into the table bench.py prints.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 TARGETS = {
     "records_per_s": 100_000, "vs_baseline": 10.0, "ceiling_share": 0.40, "fresh_p95_s": 15.0,
@@ -13,14 +20,16 @@ BATCH_COLUMNS = (("batch", "{:>5}"), ("records", "{:>9,}"), ("tables", "{:>6}"),
                  ("commit_work_s", "{:>13.2f}"), ("total_s", "{:>7.2f}"), ("tables_per_s", "{:>12.1f}"))
 
 
-def emit(result: dict, json_file: str | None) -> int:
-    """The stand-alone benchmark scripts' ending: the result printed as JSON, and written to `json_file`."""
-    import json
-    from pathlib import Path
+def write_json(result: dict, path: str | Path) -> None:
+    """`result` as a JSON file, one space of indent (values JSON has no type for as strings)."""
+    Path(path).write_text(json.dumps(result, indent=1, default=str))
 
+
+def emit(result: dict, json_file: str | None) -> int:
+    """The component benchmarks' ending: the result printed as JSON, and written to `json_file`."""
     print(json.dumps(result, indent=1))
     if json_file:
-        Path(json_file).write_text(json.dumps(result, indent=1))
+        write_json(result, json_file)
     return 0
 
 

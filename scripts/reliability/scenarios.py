@@ -1,7 +1,7 @@
 """Reliability scenarios as plain functions: used by the tests and by scripts/faults.py.
 
-This module holds the shared pieces and the bad-input scenario; outages.py
-and concurrency.py hold the other two.
+This module holds the shared pieces and the bad-input scenario; outages.py,
+concurrency.py and checkpoints.py hold the others.
 
 Each scenario takes the services it runs against, produces a known set of
 records (good and bad), runs the real `icerouter run` process and returns an
@@ -21,7 +21,7 @@ from pathlib import Path
 import fastavro
 
 import router.cli.demo_data as data
-from tests.router.reliability.helpers import (
+from scripts.reliability.helpers import (
     Ledger, Tally, create_topics, load_catalog_from, register, run_job, write_config,
 )
 
@@ -207,7 +207,7 @@ def _register_unchecked(registry: dict, subject: str, schema: dict) -> int:
     """Register an incompatible version (subject compatibility NONE first), as a producer team would."""
     from confluent_kafka.schema_registry import Schema
 
-    from tests.router.reliability.helpers import registry_client
+    from scripts.reliability.helpers import registry_client
 
     client = registry_client(registry)
     client.set_compatibility(subject_name=subject, level="NONE")

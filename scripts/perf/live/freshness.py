@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-import bench_data as data
+from scripts.perf import workload as data
+from scripts.perf.config import FAN_IN_TABLE, NAMESPACE, job_config
+from scripts.perf.retention import BrokerRetention
 
 
 def _ack_index(acks: np.ndarray, topics: list[str]) -> dict:
@@ -65,9 +67,8 @@ def commit_drift(rows: list[dict]) -> dict | None:
 
 
 def run_freshness(args, stack, root: Path) -> dict:
-    from bench import FAN_IN_TABLE, NAMESPACE, batch_rows, job_config, load_average
-    from bench_probe import MemorySampler, RecordingDispatcher, data_file_stats
     from router.driver.job import build_spark, start_query, stop_between_batches
+    from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows, data_file_stats, load_average
 
     result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
               "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
@@ -99,8 +100,8 @@ def run_freshness(args, stack, root: Path) -> dict:
     t_produce = time.time()
     retention = None
     if args.broker_retention:
-        retention = data.BrokerRetention(stack.broker, topics, args.partitions, args.broker_retention,
-                                         dispatcher.batches).start()
+        retention = BrokerRetention(stack.broker, topics, args.partitions, args.broker_retention,
+                                    dispatcher.batches).start()
     producer.start()
     producer.join()
     loaded = np.load(acks_file)

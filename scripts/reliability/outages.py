@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import router.cli.demo_data as data
-from tests.router.reliability.helpers import (
+from scripts.reliability.helpers import (
     JobProcess, Ledger, Tally, create_topics, load_catalog_from, register, run_job, wait_for, write_config,
 )
-from tests.router.reliability.scenarios import Outcome, encode, new_prefix
+from scripts.reliability.scenarios import Outcome, encode, new_prefix
 
 
 class RegistryProcess:
@@ -184,11 +184,11 @@ def _tables_with_snapshot(catalog_props: dict, names: list[str]) -> int:
 
 
 def _landed_any(catalog_props: dict, name: str, coords: list) -> bool:
-    from tests.duckdb_reader import connect
-    from tests.router.reliability.helpers import read_coords
+    from router.cli.summary import duckdb_connect
+    from scripts.reliability.helpers import read_coords
 
     table = load_catalog_from(catalog_props).load_table(name)
-    con = connect()
+    con = duckdb_connect()
     try:
         got = read_coords(con, table)
     finally:

@@ -1,6 +1,6 @@
 """A third writer: appends rows to a table with plain pyiceberg while jobs commit to it.
 
-    python -m tests.router.reliability.appender PROPS_JSON TABLE COUNT [INTERVAL]
+    python -m scripts.reliability.appender PROPS_JSON TABLE COUNT [INTERVAL]
 
 Each row carries _kafka_topic = APPENDER_TOPIC, partition 0 and offset i, so
 the checks can count it like any Kafka record. Conflicts are retried with a
@@ -21,7 +21,7 @@ def append_rows(props: dict, identifier: str, count: int, interval: float = 0.2,
     import pyarrow as pa
     from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
-    from tests.router.reliability.helpers import load_catalog_from
+    from scripts.reliability.helpers import load_catalog_from
 
     catalog = load_catalog_from(props)
     deadline = time.monotonic() + timeout

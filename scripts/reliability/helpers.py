@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable
 import yaml
 
 import router.cli.demo_data as data
+from scripts import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 Coord = tuple[str, int, int]
 CATALOG_NAME = "reliability"  # SqlCatalog keys tables by catalog name: job and checks must agree
 
@@ -116,6 +116,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float, job: JobProcess | No
     tail = job.output()[-4000:] if job is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error}); "
                          f"job output ends with: {tail}")
+
+
+def self_signed_certificate(directory: Path) -> tuple[str, str]:
+    """A throwaway certificate for 127.0.0.1 made with the openssl CLI: (cert path, key path)."""
+    cert, key = str(directory / "registry-cert.pem"), str(directory / "registry-key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
 
 
 # ---------------------------------------------------------------- registry access for producers
@@ -239,10 +248,10 @@ class Tally:
                 extra_tables: Iterable[str] = ()) -> "Tally":
         from pyiceberg.exceptions import NoSuchTableError
 
-        from tests.duckdb_reader import connect
+        from router.cli.summary import duckdb_connect
 
         catalog = load_catalog_from(catalog_props)
-        con = connect()
+        con = duckdb_connect()
         tally = cls(scenario, sent=ledger.sent)
         for name in sorted(set(ledger.expected) | set(extra_tables)):
             want = ledger.expected.get(name, Counter())

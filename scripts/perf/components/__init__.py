@@ -1,0 +1,1 @@
+"""One code path at a time against its baseline, in one process: each module is a scripts/bench_<name>.py."""

@@ -1,0 +1,115 @@
+"""icerouter at scale: hundreds of topics into Iceberg, against a hand-written baseline and the raw ceiling.
+
+    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling] [--topics N]
+                            [--records M] [--commit-in tasks|driver] [--json FILE] [--workdir DIR] ...
+
+throughput (default): N topics (200) x 3 partitions, M Avro records (2,000,000, ~490 B, 12
+    fields) produced up front, routed one table per topic plus one fan-in table, the job run
+    with availableNow from a clean checkpoint. Same run: raw confluent-kafka consume (ceiling)
+    and the hand-written baseline (on fewer topics, compared as a rate) (throughput.py).
+scale: 500 topics -> 500 tables (no fan-in), same figures (throughput.py).
+freshness: a producer at a steady rate (5,000 records/s over 200 topics) for --duration
+    seconds (300) against the job with a 10 s trigger; reports commit time - record
+    timestamp percentiles and per-table commit latency over time (freshness.py).
+soak: the live job, --soak-tables topics (20) at --rate 2,000 records/s, 1 s trigger, until
+    --batches (500): commit latency of the last 10 batches vs the first 10 (soak.py).
+commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core standalone
+    cluster, commits in tasks and on the driver: tables per second (scaling.py).
+--commit-in sets job.commit_in_tasks (tasks: in the Spark tasks, driver: on the driver).
+
+A local broker (noida-db), the registry emulator and a SQLite catalog are started in
+--workdir (a temporary directory by default) and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from scripts.perf.live import freshness, scaling, soak, throughput
+from scripts.perf.report import render, write_json
+from scripts.perf.services import Stack
+
+# scale measures a batch that commits every table: its backlog is shared evenly (kafka.catch_up: even),
+# where the job's default (turns) would commit a quarter of the tables per batch
+MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turns"},
+                 "scale": {"topics": 500, "fan_in": False, "catch_up": "even"},
+                 "freshness": {"topics": 200, "fan_in": True, "catch_up": "turns"},
+                 "soak": {"topics": 0, "fan_in": False, "catch_up": "turns"},
+                 "commit-scaling": {"topics": 200, "fan_in": False, "catch_up": "turns"}}
+# mode -> run(args, stack, root) -> the result dict (written as JSON)
+RUNNERS = {"throughput": throughput.run_throughput, "scale": throughput.run_throughput,
+           "freshness": freshness.run_freshness, "soak": soak.run_soak,
+           "commit-scaling": scaling.run_commit_scaling}
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=sorted(MODE_DEFAULTS), default="throughput")
+    ap.add_argument("--topics", type=int, help="default 200 (500 in scale mode)")
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--batch-records", type=int, default=500_000, help="kafka.max_records_per_batch")
+    ap.add_argument("--no-fan-in", action="store_true", help="no fan-in table (scale mode never has one)")
+    ap.add_argument("--catch-up", choices=("turns", "even"),
+                    help="kafka.catch_up: how a backlog beyond --batch-records is shared (default: turns; scale: even)")
+    ap.add_argument("--baseline-topics", type=int, default=20, help="topics the baseline reads (0: skip)")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the raw confluent-kafka consume")
+    ap.add_argument("--rate", type=float, help="records/s: freshness (default 5000), soak (default 2000)")
+    ap.add_argument("--duration", type=float, default=300.0, help="freshness: producer seconds")
+    ap.add_argument("--trigger", type=float, help="trigger seconds: freshness (default 10), soak (default 1)")
+    ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
+    ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
+    ap.add_argument("--broker-retention", type=float, default=30.0,
+                    help="soak, freshness: delete records older than this many seconds, as Kafka's retention.ms would "
+                         "(the local broker ignores it and its CPU grows with what it holds; 0: keep all)")
+    ap.add_argument("--nice-load", type=int, default=0,
+                    help="soak: run the broker and the producer at this nice value (a diagnostic: in production "
+                         "they are machines of their own; the default 0 is the measurement)")
+    ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
+                    help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
+    ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")
+    ap.add_argument("--scaling-records", type=int, default=100, help="commit-scaling: records per topic per batch")
+    ap.add_argument("--scaling-configs", help="commit-scaling: comma-separated configuration names (default all)")
+    ap.add_argument("--commit-threads", type=int, help="job.commit_threads (job default 8)")
+    ap.add_argument("--expire-every", type=int, help="maintenance.expire_every_commits (job default)")
+    ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
+    ap.add_argument("--workdir")
+    ap.add_argument("--keep", action="store_true", help="keep the working directory")
+    ap.add_argument("--json", dest="json_file", help="also write the results as JSON")
+    ap.add_argument("--profile", help="py-spy the driver and Python workers during the job; collapsed stacks here")
+    args = ap.parse_args(argv)
+    defaults = MODE_DEFAULTS[args.mode]
+    args.topics = args.topics or defaults["topics"]
+    args.fan_in = defaults["fan_in"] and not args.no_fan_in
+    args.catch_up = args.catch_up or defaults["catch_up"]
+    args.trigger = args.trigger or (1.0 if args.mode == "soak" else 10.0)
+    args.rate = args.rate or (2000.0 if args.mode == "soak" else 5000.0)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scripts.perf.probe import load_average
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the broker and clean up on kill
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="icerouter-bench-")).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"icerouter bench, mode {args.mode}, working in {root}; load average {load_average()}", flush=True)
+    try:
+        with Stack(root) as stack:
+            result = RUNNERS[args.mode](args, stack, root)
+    finally:
+        if not args.keep and not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(render(result))  # render adds the ratios to the targets (ceiling_share, vs_baseline) to the result
+    if args.json_file:
+        write_json(result, args.json_file)
+        print(f"results written to {args.json_file}")
+    return 0
