@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--topics", type=int, default=50)
     demo.add_argument("--records", type=int, default=20_000, help="records per phase")
     demo.add_argument("--workdir", default=None, help="where to keep the demo stack (default: temp dir)")
+    demo.add_argument("--customers", type=int, default=2_000,
+                      help="rows of the change stream's initial snapshot (as many changes follow)")
     demo.add_argument("--s3", action="store_true",
                       help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
     demo.set_defaults(handler=cmd_demo)
@@ -125,7 +127,8 @@ def cmd_maintain(args) -> int:
 def cmd_demo(args) -> int:
     from router.cli.demo import run_demo  # deferred: only `run` and `demo` need pyspark
 
-    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3)
+    return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3,
+                    cdc_rows=args.customers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

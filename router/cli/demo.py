@@ -5,7 +5,8 @@ SeaweedFS as object storage behind its Iceberg REST catalog), creates ~50
 topics, produces Avro records, runs the streaming job live, then changes the
 data under it: version 2 of the schema (a new field, int -> long), a topic that
 appears mid-run, fan-out by header, fan-in of three topics into one table and a
-poison record. Ends with a table of tables read back through DuckDB.
+poison record; then a Debezium change stream mirrored into an upsert table with
+position deletes. Ends with a table of tables read back through DuckDB.
 
 Shutdown order matters for a clean last screen: the Spark session (and with it
 every Python worker holding a Kafka client) stops before the broker does.
@@ -20,6 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyiceberg.exceptions import NoSuchTableError
+
+from router.catalog import load_table
+from router.cli import demo_cdc as cdc
 from router.cli import demo_data as data
 from router.cli.summary import table_of_tables
 from router.config import parse_config
@@ -29,6 +34,7 @@ from router.devstack.registry_server import RegistryServer
 from router.driver.job import build_spark, start_query
 
 REGIONS = ("eu", "us")
+CDC_TOPIC = "cdc.customers"
 CLICK_TOPICS = ("clicks.web", "clicks.ios", "clicks.android")
 
 
@@ -37,7 +43,7 @@ def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_proper
     catalog = catalog_properties or {"type": "sql", "uri": f"sqlite:///{workdir / 'catalog.db'}",
                                      "warehouse": (workdir / "warehouse").as_uri()}
     return {
-        "kafka": {"bootstrap_servers": bootstrap, "pattern": r"(shop\..*|clicks\..*|payments)",
+        "kafka": {"bootstrap_servers": bootstrap, "pattern": r"(shop\..*|clicks\..*|payments|cdc\..*)",
                   "client": {"receive.message.max.bytes": 1_000_000_000},
                   "max_records_per_batch": 200_000},
         "registry": {"url": registry_url, "latest_ttl_seconds": 5},
@@ -46,7 +52,7 @@ def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_proper
                 "status_file": str(workdir / "status.json"),
                 "spark": {"spark.master": "local[2]", "spark.driver.memory": "2g"}},
         "tables": {"partition_by": ["day(created_at)"],
-                   "allowed_namespaces": ["raw", "analytics", "payments", "ops"]},
+                   "allowed_namespaces": ["raw", "analytics", "payments", "ops", "crm"]},
         "routes": [
             {"name": "orders", "topic": r"shop\..*", "table": "raw.{topic}"},
             {"name": "clicks", "topic": r"clicks\..*", "table": "analytics.clicks"},
@@ -54,6 +60,7 @@ def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_proper
              "table": "payments.{header.region}"},
             {"name": "payments-all", "topic": "payments", "table": "payments.all_regions",
              "columns": ["id", "amount", "created_at"]},
+            {"name": "customers", "topic": r"cdc\.customers", "table": "crm.customers", "cdc": "debezium"},
         ],
         "dlq": {"table": "ops.dead_letters"},
     }
@@ -99,8 +106,24 @@ def wait_for(progress: Progress, expected: int, query, timeout: float) -> bool:
     return False
 
 
+def wait_for_rows(config, table: str, rows: int, query, timeout: float) -> bool:
+    """Until `table` holds `rows` live rows (a change stream's row count is not its event count)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()).splitlines()[0])
+        try:
+            handle = load_table(config.catalog, table, refresh=True)
+            if handle.current_snapshot() is not None and handle.scan(selected_fields=("id",)).count() == rows:
+                return True
+        except NoSuchTableError:
+            pass
+        time.sleep(1)
+    return False
+
+
 def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None, out=sys.stdout,
-             s3: bool = False) -> int:
+             s3: bool = False, cdc_rows: int = 2_000) -> int:
     temp = workdir is None
     root = Path(workdir or tempfile.mkdtemp(prefix="icerouter-demo-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -122,7 +145,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         print(f"  broker {bootstrap}, schema registry {registry_url}, catalog {where}", file=out)
         n_orders = max(1, topics - len(CLICK_TOPICS) - 2)
         order_topics = [f"shop.orders_{i:02d}" for i in range(n_orders)]
-        broker.create_topics(order_topics + list(CLICK_TOPICS) + ["payments"], partitions=3)
+        broker.create_topics(order_topics + list(CLICK_TOPICS) + ["payments", CDC_TOPIC], partitions=3)
         encoders = {}
         for t in order_topics + ["shop.orders_late"]:
             encoders[(t, 1)] = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{t}-value", data.ORDER_V1))
@@ -153,6 +176,18 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         expected += _expected_rows(v2_topics, records // 2) + len(late) + len(poison)
         if not wait_for(progress, expected, query, timeout=300):
             print(f"  timed out waiting: {progress.rows + progress.dead:,} of {expected:,} records", file=out)
+
+        print(f"phase 3: a Debezium change stream ({CDC_TOPIC} -> crm.customers, upsert by id): a snapshot, "
+              "then updates, deletes and a key change", file=out)
+        script = cdc.ChangeScript(seed=42)
+        encode = cdc.ChangeEncoder(data.register(registry_url, f"{CDC_TOPIC}-key", cdc.CUSTOMER_KEY),
+                                   data.register(registry_url, f"{CDC_TOPIC}-value", cdc.CUSTOMER_ENVELOPE))
+        changes = [*script.snapshot(cdc_rows), *script.mixed(cdc_rows), *script.change_key()]
+        data.produce(bootstrap, (encode(CDC_TOPIC, e) for e in changes))
+        print(f"  produced {len(changes):,} change events; the table must hold {len(script.rows):,} customers",
+              file=out)
+        if not wait_for_rows(config, "crm.customers", len(script.rows), query, timeout=300):
+            print("  timed out waiting for crm.customers", file=out)
         query.stop()
         query = None
         spark.stop()  # its Python workers hold Kafka clients: stop them before the broker goes away

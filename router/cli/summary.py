@@ -87,13 +87,16 @@ def table_of_tables(catalog_config: CatalogConfig, dlq_table: str | None = "ops.
                         f"FROM iceberg_scan('{metadata_path(table)}') GROUP BY ALL").fetchall():
                     dead_by_topic[topic] = dead_by_topic.get(topic, 0) + n
                     dead_by_reason[error_class] = dead_by_reason.get(error_class, 0) + n
-            files = 0
+            files = deletes = 0
             if table.metadata.current_snapshot_id is not None:
-                files = int(table.current_snapshot().summary.get("total-data-files", 0))
+                summary = table.current_snapshot().summary
+                files = int(summary.get("total-data-files", 0))
+                deletes = int(summary.get("total-delete-files", 0))
+            key = ",".join(sorted(table.schema().identifier_field_names())) or "-"
             rows.append((name, count, len(table.schema().fields), len(table.metadata.schemas),
-                         len(table.metadata.snapshots), files))
+                         len(table.metadata.snapshots), files, deletes, key))
     con.close()
-    header = ("table", "rows", "columns", "schema versions", "snapshots", "data files")
+    header = ("table", "rows", "columns", "schema versions", "snapshots", "data files", "delete files", "key")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))

@@ -23,18 +23,19 @@ from typing import Any, Iterable, Sequence
 from pyiceberg.schema import Schema
 
 from evolution.avro import avro_field_aliases, avro_to_iceberg
-from evolution.changes import EvolutionPlan, MappedSchema
+from evolution.changes import EvolutionPlan, MappedSchema, Violation
 from evolution.exceptions import EvolutionError
 from evolution.jsonschema import jsonschema_to_iceberg
-from evolution.policy import EvolutionPolicy
+from evolution.policy import EvolutionPolicy, Mode
 from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
+from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
 from router.decisions import plan_table, resolve_policy, table_view
-from router.table_writes import APPEND, TableWrite
 from router.exceptions import ConfigError
 from router.planning.services import CatalogReader, registry_unavailable
 from router.routing.routes import TEMPLATE_PATTERN, RoutingTable, normalise_identifier_part
+from router.table_writes import APPEND, TableWrite
 
 __all__ = ["AVRO", "JSON_SCHEMA", "SCHEMA_SUFFIXES", "Target", "Planner", "map_schema", "plan_for_schema",
            "render_plan_text", "render_plan_json", "plan_command", "subject_topic", "detect_schema_type",
@@ -166,8 +167,12 @@ class Planner:
 
     def plan(self, current: Schema | None, schema: Schema, target: Target, *, schema_type: str = AVRO,
              schema_str: str | None = None, source: str | None = None) -> EvolutionPlan:
-        view = table_view(schema, columns=target.columns, metadata_columns=self.config.tables.metadata_columns,
-                          schema_type=schema_type, schema_str=schema_str, source=source)
+        try:
+            view = table_view(schema, columns=target.columns, metadata_columns=self.config.tables.metadata_columns,
+                              schema_type=schema_type, schema_str=schema_str, source=source, cdc=target.write.cdc)
+        except ChangeStreamError as exc:  # the job dead-letters such records as not_envelope
+            return EvolutionPlan(current, current, violations=(Violation((), "not_envelope", str(exc), Mode.DLQ),),
+                                 policy=target.policy, table=target.table)
         return plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
                           target.write)
 

@@ -74,7 +74,7 @@ def run_commits(tables: int, rounds: int, retain: int) -> dict:
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
 
     catalog = bench_catalog(Path(tempfile.mkdtemp(prefix="bench-avro-")))
     schema = narrow_schema()

@@ -74,7 +74,7 @@ def run_interleaved(tables: int, batches: int) -> dict:
     from router.catalog import DEFAULT_TABLE_PROPERTIES, create_table, load_table
     from router.catalog.commit import commit_table
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
     from router.progress import property_name
 
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-commit-"))

@@ -26,7 +26,7 @@ def soak_worker(root: str, names: list[str], rounds: int, retain: int, barrier, 
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
 
     catalog = bench_catalog(Path(root))
     schema = narrow_schema()

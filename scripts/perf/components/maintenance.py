@@ -65,7 +65,7 @@ def run(tables: int, rounds: int, commits: int, retain: int) -> dict:
     from router.catalog.commit import commit_table
     from router.config import MaintenanceConfig
     from router.descriptors import TableResult
-    from router.executor.datafiles import write_data_files
+    from router.catalog.datafiles import write_data_files
     from router.maintenance import MaintenanceScheduler
 
     root = Path(tempfile.mkdtemp(prefix="icerouter-bench-maintenance-"))

@@ -1,4 +1,4 @@
-"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.executor.datafiles.
+"""Data-file writer cost per file: pyiceberg's `_dataframe_to_data_files` vs router.catalog.datafiles.
 
 In one process, on a SQLite catalog in a temporary directory: N tables (default
 200) with a 12-column schema (struct, list, decimal, timestamps, binary, nulls),
@@ -42,7 +42,7 @@ from pyiceberg.types import (
 )
 
 from router.catalog import DEFAULT_TABLE_PROPERTIES
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from scripts import REPO
 from scripts.perf.report import write_json
 

@@ -23,12 +23,18 @@ def test_demo_runs_and_cleans_up(tmp_path, storage):
     assert "phase 2" in out and "tables (read back with DuckDB)" in out
     if storage == "s3":
         assert "catalog REST http://127.0.0.1:" in out and "tables in s3://" in out
-    table_lines = [line for line in out.splitlines() if line.startswith(("raw.", "analytics.", "payments.", "ops."))]
+    table_lines = [line for line in out.splitlines()
+                   if line.startswith(("raw.", "analytics.", "payments.", "ops.", "crm."))]
     names = {line.split()[0] for line in table_lines}
     assert {"analytics.clicks", "payments.eu", "payments.us", "payments.all_regions", "ops.dead_letters",
             "raw.shop_orders_late"} <= names
     rows = {line.split()[0]: int(line.split()[1].replace(",", "")) for line in table_lines}
     assert rows["ops.dead_letters"] == 2 and rows["raw.shop_orders_late"] == 500
+    # the change stream: as many live customers as the source table holds, replaced rows in delete files
+    must_hold = int(re.search(r"the table must hold ([\d,]+) customers", out).group(1).replace(",", ""))
+    customers = next(line.split() for line in table_lines if line.startswith("crm.customers"))
+    assert int(customers[1].replace(",", "")) == must_hold
+    assert int(customers[6].replace(",", "")) > 0 and customers[7] == "id"  # delete files, key
     versions = {line.split()[0]: int(line.split()[3]) for line in table_lines}
     assert versions["raw.shop_orders_00"] == 2  # v2: new column + int -> long applied live
     # the dead letters are attributed to the topics the poison records were sent to
