@@ -106,15 +106,16 @@ def wait_for(progress: Progress, expected: int, query, timeout: float) -> bool:
     return False
 
 
-def wait_for_rows(config, table: str, rows: int, query, timeout: float) -> bool:
-    """Until `table` holds `rows` live rows (a change stream's row count is not its event count)."""
+def wait_for_rows(config, table: str, ids: set, query, timeout: float) -> bool:
+    """Until `table` holds exactly the rows of these ids (a change stream's row count is not its event count)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()).splitlines()[0])
         try:
             handle = load_table(config.catalog, table, refresh=True)
-            if handle.current_snapshot() is not None and handle.scan(selected_fields=("id",)).count() == rows:
+            if handle.current_snapshot() is not None and \
+                    sorted(handle.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) == sorted(ids):
                 return True
         except NoSuchTableError:
             pass
@@ -182,11 +183,15 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         script = cdc.ChangeScript(seed=42)
         encode = cdc.ChangeEncoder(data.register(registry_url, f"{CDC_TOPIC}-key", cdc.CUSTOMER_KEY),
                                    data.register(registry_url, f"{CDC_TOPIC}-value", cdc.CUSTOMER_ENVELOPE))
-        changes = [*script.snapshot(cdc_rows), *script.mixed(cdc_rows), *script.change_key()]
+        snapshot = list(script.snapshot(cdc_rows))
+        data.produce(bootstrap, (encode(CDC_TOPIC, e) for e in snapshot))
+        if not wait_for_rows(config, "crm.customers", set(script.rows), query, timeout=300):
+            print("  timed out waiting for the snapshot of crm.customers", file=out)
+        changes = [*script.mixed(cdc_rows), *script.change_key()]
         data.produce(bootstrap, (encode(CDC_TOPIC, e) for e in changes))
-        print(f"  produced {len(changes):,} change events; the table must hold {len(script.rows):,} customers",
-              file=out)
-        if not wait_for_rows(config, "crm.customers", len(script.rows), query, timeout=300):
+        print(f"  produced a snapshot of {len(snapshot):,} rows, then {len(changes):,} change events; the table "
+              f"must hold {len(script.rows):,} customers", file=out)
+        if not wait_for_rows(config, "crm.customers", set(script.rows), query, timeout=300):
             print("  timed out waiting for crm.customers", file=out)
         query.stop()
         query = None
