@@ -249,8 +249,8 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
     files = sorted(p for p in root.iterdir() if p.suffix.lower() in SCHEMA_SUFFIXES and p.is_file())
     if not files:
         raise ConfigError(f"--schemas: no .avsc or .json files in {schemas_dir}")
-    planner = Planner(config)
     registry = get_registry(config.registry)
+    planner = Planner(config, registry)
     down: dict[str, str] = {}
     try:
         catalog: CatalogReader | None = CatalogReader.open(config.catalog)

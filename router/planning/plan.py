@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -29,6 +29,7 @@ from evolution.jsonschema import jsonschema_to_iceberg
 from evolution.policy import EvolutionPolicy, Mode
 from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
+from router.changes.envelope import key_columns_from_key_schema
 from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
 from router.decisions import plan_table, resolve_policy, table_view
@@ -133,10 +134,28 @@ class Target:
 class Planner:
     """Routes, policies and table settings of one config, turned into plans."""
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, registry: Any = None) -> None:
         self.config = config
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
         self.policies = config.evolution
+        self.registry = registry  # where an upsert route without `key` finds the Kafka key's fields
+        self._keys: dict[str, tuple[str, ...] | None] = {}
+
+    def key_columns(self, target: Target) -> tuple[str, ...] | None:
+        """The key an upsert target is keyed by: the route's, else the fields of the topic's key schema
+        (`<topic>-key`, latest, as the job reads each record's key); None when unknown."""
+        if not target.write.upsert or target.write.key:
+            return target.write.key
+        topic = target.topic or ""
+        if topic not in self._keys:
+            self._keys[topic] = None
+            if self.registry is not None and topic:
+                try:
+                    art = self.registry.artifacts(self.registry.latest(f"{topic}-key").schema_id)
+                    self._keys[topic] = key_columns_from_key_schema(art.iceberg_schema)
+                except (RegistryError, ChangeStreamError):
+                    pass
+        return self._keys[topic]
 
     def target(self, table: str, topic: str, route: Any = None) -> Target:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
@@ -173,8 +192,14 @@ class Planner:
         except ChangeStreamError as exc:  # the job dead-letters such records as not_envelope
             return EvolutionPlan(current, current, violations=(Violation((), "not_envelope", str(exc), Mode.DLQ),),
                                  policy=target.policy, table=target.table)
-        return plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
-                          target.write)
+        key = self.key_columns(target)
+        plan = plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
+                          target.write, key)
+        if target.write.upsert and not key:
+            plan = replace(plan, notes=plan.notes + (
+                f"upsert by the fields of the Kafka record key: no {target.topic or '<topic>'}-key schema in "
+                "the registry to check the key columns against",))
+        return plan
 
 
 def _template_matches(template: str, table: str, topic: str, default_namespace: str) -> bool:
@@ -221,12 +246,13 @@ def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file
     if schema_file:
         require_namespace(table or "")
         text = read_schema_file(schema_file)
-    planner = Planner(config)
+    registry = get_registry(config.registry) if subjects or any(r.upsert and not r.key for r in config.routes) \
+        else None
+    planner = Planner(config, registry)
     catalog = CatalogReader.open(config.catalog)
     plans: list[EvolutionPlan] = []
     notes: list[str] = []
     if subjects:
-        registry = get_registry(config.registry)
         for arg in subjects:
             subject, version = parse_subject(arg)
             try:
