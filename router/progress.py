@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from router.arrays import one_chunk
+from router.source.offsets import KEY_SEPARATOR
 
 OFFSETS_PROPERTY = "icerouter.offsets.{job}"
 ANCESTORS_SEARCHED = 64  # snapshots walked back from the current one looking for our summary
@@ -146,9 +147,10 @@ def _array(values) -> pa.Array:
 
 
 def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = None) -> pa.Array:
-    """"topic/partition" per row, or "<table>|topic/partition" when `tables` (dead letters) is given."""
+    """`router.source.offsets.tp_key` per row ("topic/partition"), or "<table>|topic/partition" when
+    `tables` (dead letters) is given."""
     topics, partitions = _array(topics), _array(partitions)
-    keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), "/")
+    keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), KEY_SEPARATOR)
     if tables is not None:
         keys = pc.binary_join_element_wise(pc.fill_null(_array(tables), ""), keys, LETTER_SEPARATOR)
     return keys
