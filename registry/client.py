@@ -29,7 +29,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from evolution.backoff import backoff_delay
 from registry.artifacts import SchemaArtifacts, build_artifacts
-from registry.config import RegistryConfig, _mask_userinfo
+from registry.config import RegistryConfig
 from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
 
 __all__ = ["CachedRegistry", "Compatibility", "get_registry", "TRANSIENT_STATUS"]
@@ -108,7 +108,7 @@ class CachedRegistry:
                 self.stats["retries"] += 1
                 self._sleep(backoff_delay(attempt, self.config.retry_backoff_seconds,
                                           self.config.retry_backoff_max_seconds))
-        raise RegistryUnavailable(last, url=_safe_url(self.config.url), schema_id=schema_id,
+        raise RegistryUnavailable(last, url=self.config.masked_url, schema_id=schema_id,
                                   subject=subject, attempts=attempts, status=status)
 
     def _key_lock(self, key: Any) -> threading.Lock:
@@ -253,10 +253,6 @@ class CachedRegistry:
             self._artifacts.clear()
             self._latest.clear()
             self._last_known.clear()
-
-
-def _safe_url(url: str) -> str:
-    return ",".join(_mask_userinfo(u.strip()) for u in url.split(","))
 
 
 _REGISTRIES: dict[RegistryConfig, CachedRegistry] = {}
