@@ -8,15 +8,19 @@ summary of the snapshot it commits (moves with the data: a table rolled back to
 an older snapshot reports the offsets of that snapshot, not the property's).
 
 Shared by both sides: executors drop rows a table already holds before writing
-(`trim_mask`), the driver refuses a commit that would hold a row twice
-(`overlap`) and computes where to start reading when the Spark checkpoint is
-missing or disagrees with the tables (router/driver/resume.py).
+(`trim_mask`); the commit (router/catalog/commit.py, in a task or on the
+driver) skips a result the table holds entirely and refuses one it holds in
+part (`overlap`); the driver computes where to start reading when the Spark
+checkpoint is missing or disagrees with the tables (router/driver/resume.py).
 
-The dead-letter table keeps two maps: ``letters`` (next offset per
+The dead-letter table's document keeps two maps: ``offsets`` (next offset per
 "<table>|topic/partition", the table a dead letter was headed for, empty before
-routing) to trim replayed dead letters exactly, and ``offsets`` (per
+routing) to trim replayed dead letters exactly, and ``settled`` (per
 topic-partition, everything the batch read), committed with every batch after
 all the other tables, so it says "every record below this offset is settled".
+A batch without dead letters moves only its property (no snapshot), which then
+names the table's snapshot at that commit (``at_snapshot``): `stored_progress`
+reads the property while that snapshot is still the current one.
 """
 
 from __future__ import annotations
