@@ -61,8 +61,9 @@ def _parse(raw: str | None) -> dict | None:
 def stored_progress(table, job: str) -> dict:
     """The progress document of `job` on `table`, as of the table's current snapshot.
 
-    Walks back from the current snapshot to the newest one this job committed
-    (other writers and compaction commit in between) and reads its summary;
+    Walks back from the current snapshot to the newest one whose summary carries
+    the job's document (the job's own commits, and compactions, which carry
+    their parent's; other writers' snapshots are passed over) and reads it;
     when none is reachable (expired, or written before summaries carried it),
     the table property answers. A partition the summary lacks but the property
     holds reads as next offset 0 (`_behind`).
