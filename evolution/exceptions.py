@@ -2,37 +2,20 @@
 
 Every error carries structured attributes (schema name, path, table, column...)
 and a ``transient`` class attribute: schema problems never heal by retrying, so
-callers dead-letter or fail instead of looping. All errors pickle (they cross
-Spark worker boundaries) because ``__reduce__`` rebuilds them from keywords.
+callers dead-letter or fail instead of looping. All errors pickle with their
+attributes (they cross Spark worker boundaries): see evolution/picklable.py.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from evolution.picklable import PicklableError
 
-class EvolutionError(Exception):
+
+class EvolutionError(PicklableError):
     """Base class: a schema could not be mapped, planned or applied."""
 
     transient: bool = False
-
-    def __init__(self, message: str, **attrs: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.attrs = attrs
-        for key, value in attrs.items():
-            setattr(self, key, value)
-
-    def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self.attrs))
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _rebuild(cls: type[EvolutionError], message: str, attrs: dict[str, Any]) -> EvolutionError:
-    err = cls.__new__(cls)
-    EvolutionError.__init__(err, message, **attrs)
-    return err
 
 
 class UnsupportedSchemaError(EvolutionError):

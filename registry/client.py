@@ -16,7 +16,6 @@ closures carry only the picklable ``RegistryConfig``.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -28,8 +27,9 @@ from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaRegi
 from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from evolution.backoff import backoff_delay
 from registry.artifacts import SchemaArtifacts, build_artifacts
-from registry.config import RegistryConfig, _mask_userinfo
+from registry.config import RegistryConfig
 from registry.exceptions import RegistryError, RegistryUnavailable, SchemaNotFound
 
 __all__ = ["CachedRegistry", "Compatibility", "get_registry", "TRANSIENT_STATUS"]
@@ -106,10 +106,9 @@ class CachedRegistry:
                 status = None
             if attempt + 1 < attempts:
                 self.stats["retries"] += 1
-                cap = min(self.config.retry_backoff_max_seconds,
-                          self.config.retry_backoff_seconds * (2 ** attempt))
-                self._sleep(random.uniform(0, cap))
-        raise RegistryUnavailable(last, url=_safe_url(self.config.url), schema_id=schema_id,
+                self._sleep(backoff_delay(attempt, self.config.retry_backoff_seconds,
+                                          self.config.retry_backoff_max_seconds))
+        raise RegistryUnavailable(last, url=self.config.masked_url, schema_id=schema_id,
                                   subject=subject, attempts=attempts, status=status)
 
     def _key_lock(self, key: Any) -> threading.Lock:
@@ -254,10 +253,6 @@ class CachedRegistry:
             self._artifacts.clear()
             self._latest.clear()
             self._last_known.clear()
-
-
-def _safe_url(url: str) -> str:
-    return ",".join(_mask_userinfo(u.strip()) for u in url.split(","))
 
 
 _REGISTRIES: dict[RegistryConfig, CachedRegistry] = {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from registry.exceptions import RegistryConfigError
+from registry.masking import mask_url
 
 __all__ = ["RegistryConfig", "MASK"]
 
@@ -41,7 +42,7 @@ class RegistryConfig:
         for url in self.url.split(","):
             if not url.strip().startswith(("http://", "https://")):
                 raise RegistryConfigError(f"url must start with http:// or https://, got "
-                                          f"{_mask_userinfo(url.strip())!r}", key="url")
+                                          f"{mask_url(url.strip(), MASK)!r}", key="url")
         if (self.basic_auth_user is None) != (self.basic_auth_password is None):
             raise RegistryConfigError("basic_auth_user and basic_auth_password go together",
                                       key="basic_auth_user")
@@ -65,11 +66,16 @@ class RegistryConfig:
             if f.name in SECRET_FIELDS:
                 value = None if value is None else MASK
             elif f.name == "url":
-                value = _mask_userinfo(value)
+                value = self.masked_url
             parts.append(f"{f.name}={value!r}")
         return f"RegistryConfig({', '.join(parts)})"
 
     __str__ = __repr__
+
+    @property
+    def masked_url(self) -> str:
+        """`url` (one or several, comma-separated) with every password masked, for reprs and errors."""
+        return ",".join(mask_url(u.strip(), MASK) for u in self.url.split(","))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RegistryConfig":
@@ -112,13 +118,3 @@ class RegistryConfig:
         if self.ssl_key_password:
             conf["ssl.key.password"] = self.ssl_key_password
         return conf
-
-
-def _mask_userinfo(url: str) -> str:
-    """Hide a password embedded as http://user:pass@host."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    userinfo, host = rest.split("@", 1)
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:{MASK}@{host}"

@@ -3,12 +3,12 @@
 Each error carries structured attributes (schema id, subject, topic, partition,
 offset...) and a ``transient`` class attribute so the caller can choose between
 retrying (registry down), failing, or dead-lettering the record (bad bytes,
-unknown schema). Errors cross Spark worker boundaries, so all of them pickle:
-``__reduce__`` rebuilds them from their keyword attributes.
+unknown schema). Errors cross Spark worker boundaries, so all of them pickle
+with their attributes (evolution/picklable.py).
 """
 from __future__ import annotations
 
-from typing import Any
+from evolution.picklable import PicklableError
 
 __all__ = [
     "RegistryError", "RegistryUnavailable", "SchemaNotFound", "UnsupportedSchemaType",
@@ -16,29 +16,10 @@ __all__ = [
 ]
 
 
-class RegistryError(Exception):
+class RegistryError(PicklableError):
     """Base class for registry, wire-format and decoding failures."""
 
     transient: bool = False
-
-    def __init__(self, message: str, **attrs: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.attrs = attrs
-        for key, value in attrs.items():
-            setattr(self, key, value)
-
-    def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self.attrs))
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _rebuild(cls: type[RegistryError], message: str, attrs: dict[str, Any]) -> RegistryError:
-    err = cls.__new__(cls)
-    RegistryError.__init__(err, message, **attrs)
-    return err
 
 
 class RegistryConfigError(RegistryError, ValueError):

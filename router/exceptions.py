@@ -4,7 +4,7 @@ Every error carries the coordinates a human needs to act on it (table, topic,
 partition, offset, route) and says whether retrying can help (`transient`), so
 the dispatcher can decide between retry, fail and dead-letter. They travel from
 Spark executors to the driver, so they must stay picklable: all state lives in
-keyword attributes that `__reduce__` replays.
+keyword attributes, which evolution/picklable.py keeps through pickling.
 
 `is_transient` decides from that attribute (ours, registry/'s, evolution/'s and
 router/source/'s errors all carry one), walking the cause chain, and knows the
@@ -19,30 +19,22 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from evolution.picklable import PicklableError
 
-class RouterError(Exception):
+
+class RouterError(PicklableError):
     """Base class of every router error."""
 
     transient: bool = False
     exit_code: int = 1
 
     def __init__(self, message: str, **context: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.context = {k: v for k, v in context.items() if v is not None}
-        for key, value in self.context.items():
-            setattr(self, key, value)
-
-    def __reduce__(self):  # keep attributes across pickling (Spark workers)
-        return (_rebuild, (type(self), self.message, self.context))
+        super().__init__(message, **{k: v for k, v in context.items() if v is not None})
+        self.context = self.attrs
 
     def __str__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.context.items())
         return f"{self.message} ({where})" if where else self.message
-
-
-def _rebuild(cls, message, context):
-    return cls(message, **context)
 
 
 class ConfigError(RouterError):

@@ -1,16 +1,19 @@
 """Secrets never leave the process in a repr, a log line or an error message.
 
 Config values whose key looks secret are masked, and so are passwords in URLs
-(``scheme://user:password@host``) and secret-looking query parameters.
+(``scheme://user:password@host``) and secret-looking query parameters; the URL
+rule is registry/masking.py's, shared with the registry settings.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-SECRET_KEY_PATTERN = re.compile(r"(password|secret|token|credential|private|sasl\.jaas|key\.pem|ssl\.key)", re.I)
+import registry.masking
+from registry.masking import SECRET_KEY_PATTERN
+
+__all__ = ["MASK", "SECRET_KEY_PATTERN", "mask_secrets", "mask_url"]
+
 MASK = "******"
 
 
@@ -21,15 +24,4 @@ def mask_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def mask_url(url: str) -> str:
     """``scheme://user:password@host/...`` with the password (and secret query values) masked."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}" if ":" in userinfo else netloc
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = parts.query
-    if any(SECRET_KEY_PATTERN.search(k) for k, _ in pairs):
-        query = "&".join(f"{k}={MASK if SECRET_KEY_PATTERN.search(k) else v}" for k, v in pairs)
-    if netloc == parts.netloc and query == parts.query:
-        return url  # nothing secret (and sqlite:////path would not survive a round trip)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return registry.masking.mask_url(url, MASK)

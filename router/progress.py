@@ -8,15 +8,19 @@ summary of the snapshot it commits (moves with the data: a table rolled back to
 an older snapshot reports the offsets of that snapshot, not the property's).
 
 Shared by both sides: executors drop rows a table already holds before writing
-(`trim_mask`), the driver refuses a commit that would hold a row twice
-(`overlap`) and computes where to start reading when the Spark checkpoint is
-missing or disagrees with the tables (router/driver/resume.py).
+(`trim_mask`); the commit (router/catalog/commit.py, in a task or on the
+driver) skips a result the table holds entirely and refuses one it holds in
+part (`overlap`); the driver computes where to start reading when the Spark
+checkpoint is missing or disagrees with the tables (router/driver/resume.py).
 
-The dead-letter table keeps two maps: ``letters`` (next offset per
+The dead-letter table's document keeps two maps: ``offsets`` (next offset per
 "<table>|topic/partition", the table a dead letter was headed for, empty before
-routing) to trim replayed dead letters exactly, and ``offsets`` (per
+routing) to trim replayed dead letters exactly, and ``settled`` (per
 topic-partition, everything the batch read), committed with every batch after
 all the other tables, so it says "every record below this offset is settled".
+A batch without dead letters moves only its property (no snapshot), which then
+names the table's snapshot at that commit (``at_snapshot``): `stored_progress`
+reads the property while that snapshot is still the current one.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from router.arrays import one_chunk
+from router.source.offsets import KEY_SEPARATOR
 
 OFFSETS_PROPERTY = "icerouter.offsets.{job}"
 ANCESTORS_SEARCHED = 64  # snapshots walked back from the current one looking for our summary
@@ -56,8 +61,9 @@ def _parse(raw: str | None) -> dict | None:
 def stored_progress(table, job: str) -> dict:
     """The progress document of `job` on `table`, as of the table's current snapshot.
 
-    Walks back from the current snapshot to the newest one this job committed
-    (other writers and compaction commit in between) and reads its summary;
+    Walks back from the current snapshot to the newest one whose summary carries
+    the job's document (the job's own commits, and compactions, which carry
+    their parent's; other writers' snapshots are passed over) and reads it;
     when none is reachable (expired, or written before summaries carried it),
     the table property answers. A partition the summary lacks but the property
     holds reads as next offset 0 (`_behind`).
@@ -146,9 +152,10 @@ def _array(values) -> pa.Array:
 
 
 def tp_keys(topics: pa.Array, partitions: pa.Array, tables: pa.Array | None = None) -> pa.Array:
-    """"topic/partition" per row, or "<table>|topic/partition" when `tables` (dead letters) is given."""
+    """`router.source.offsets.tp_key` per row ("topic/partition"), or "<table>|topic/partition" when
+    `tables` (dead letters) is given."""
     topics, partitions = _array(topics).cast(pa.string()), _array(partitions)
-    keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), "/")
+    keys = pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()), KEY_SEPARATOR)
     if tables is not None:
         keys = pc.binary_join_element_wise(pc.fill_null(_array(tables).cast(pa.string()), ""), keys, LETTER_SEPARATOR)
     return keys

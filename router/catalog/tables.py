@@ -8,7 +8,6 @@ and kept in module-level caches, never captured in closures.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import zlib
@@ -22,6 +21,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 
+from evolution.backoff import backoff_delay
 from router.catalog import avro_readers
 from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError
@@ -192,8 +192,8 @@ def _has(schema: Schema, column: str) -> bool:
 
 
 def backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> None:
-    """Full-jitter exponential backoff."""
-    time.sleep(random.uniform(0, min(cap, base * (2 ** attempt))))
+    """Sleep before retry `attempt`: full-jitter exponential backoff (evolution/backoff.py)."""
+    time.sleep(backoff_delay(attempt, base, cap))
 
 
 def delete_quietly(io, paths) -> None:

@@ -1,20 +1,20 @@
-"""Errors raised by the local dev stack (broker, registry emulator, catalogs)."""
+"""Errors raised by the local dev stack (broker, registry emulator, catalogs).
+
+They pickle with their attributes (evolution/picklable.py), like every error of the product.
+"""
 
 from __future__ import annotations
 
+from evolution.picklable import PicklableError
 
-class DevStackError(Exception):
+
+class DevStackError(PicklableError):
     """Base class; ``transient`` tells callers whether retrying may help."""
 
     transient: bool = False
 
     def __init__(self, service: str, detail: str) -> None:
-        super().__init__(f"{service}: {detail}")
-        self.service = service
-        self.detail = detail
-
-    def __reduce__(self):
-        return (type(self), (self.service, self.detail))
+        super().__init__(f"{service}: {detail}", service=service, detail=detail)
 
 
 class ServiceStartError(DevStackError):
@@ -47,9 +47,6 @@ class RegistryApiError(DevStackError):
 
     def body(self) -> dict:
         return {"error_code": self.error_code, "message": self.detail}
-
-    def __reduce__(self):
-        return (type(self), (self.http_status, self.error_code, self.detail))
 
 
 class RegistryStoreError(RegistryApiError):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
 
 from router.devstack.exceptions import RegistryApiError, RegistryStoreError
 from router.devstack.registry_compat import LEVELS, ParsedSchema, SchemaInvalid, compatibility_problems, parse_schema
+from router.jsonfile import write_json_atomic
 
 DEFAULT_LEVEL = "BACKWARD"
 _GUID_NAMESPACE = uuid.UUID("5f0c64a4-3c0e-4d7b-9a57-4a1f3f0f6c11")
@@ -94,15 +94,10 @@ class RegistryStore:
     def _save(self) -> None:
         if not self.data_file:
             return
-        directory = os.path.dirname(os.path.abspath(self.data_file))
         try:
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".registry-", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.state.to_json(), fh, indent=1, sort_keys=True)
             # atomic against a crashed or killed process; no fsync: a dev store
             # need not survive power loss, and fsync cut registrations to ~100/s
-            os.replace(tmp, self.data_file)
+            write_json_atomic(self.data_file, self.state.to_json(), private=True, indent=1, sort_keys=True)
         except OSError as exc:
             raise RegistryStoreError(500, 50001, f"Error in the backend data store: {exc}") from exc
 

@@ -25,6 +25,7 @@ from router.devstack.broker import LocalBroker, client_config
 from router.devstack.catalog import LocalPostgres, postgres_catalog_properties, sqlite_catalog_properties
 from router.devstack.exceptions import ServiceStartError, StackStateError
 from router.devstack.objectstore import LocalObjectStore
+from router.jsonfile import write_json_atomic
 
 STATE_FILE = "state.json"
 DEFAULT_STACK_DIR = os.path.join(".icerouter", "stack")
@@ -69,12 +70,8 @@ class StackState:
     created: float = field(default_factory=time.time)
 
     def save(self) -> None:
-        path = os.path.join(self.stack_dir, STATE_FILE)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # catalogs hold credentials
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(self), fh, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        write_json_atomic(os.path.join(self.stack_dir, STATE_FILE), asdict(self),
+                          private=True, indent=1, sort_keys=True)  # catalogs hold credentials
 
     @classmethod
     def load(cls, stack_dir: str) -> StackState:

@@ -14,10 +14,12 @@ nor duplicates dead letters.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from typing import Any, Callable, Sequence
 
+from evolution.backoff import backoff_delay
 from router.config import RouterConfig
 from router.descriptors import DispatchContext, TableResult, decode_descriptors, descriptor_spark_schema
 from router.driver.commits import CommitReport, commit_all
@@ -95,18 +97,17 @@ class Dispatcher:
 
     def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
         deadline = time.monotonic() + self.transient_retry_seconds
-        delay = 1.0
-        while True:
+        for retry in itertools.count():
             try:
                 return self.run_pass(df, ctx)
             except Exception as exc:
                 if not is_transient(exc) or time.monotonic() > deadline:
                     raise
                 stats.attempts += 1
+                delay = backoff_delay(retry, 1.0, 30.0, jitter=False)
                 log.warning("batch %s: transient failure, retrying in %.0fs: %s", ctx.batch_id, delay,
                             str(exc).splitlines()[0][:300])
                 time.sleep(delay)
-                delay = min(delay * 2, 30.0)
 
     def __call__(self, df, batch_id: int) -> None:
         started = time.perf_counter()
@@ -183,13 +184,14 @@ class Dispatcher:
                             threads=job.commit_threads, retries=job.commit_retries,
                             maintenance=self.config.maintenance)
         deadline = time.monotonic() + self.transient_retry_seconds
-        delay = 2.0
+        waits = 0
         while (report.failed and not report.committed and time.monotonic() < deadline
                and all(o.transient for o in report.failed)):
+            delay = backoff_delay(waits, 2.0, 30.0, jitter=False)
+            waits += 1
             log.warning("batch %s: catalog unreachable (%s); retrying in %.0fs", batch_id,
                         (report.failed[0].error or "")[:200], delay)
             time.sleep(delay)
-            delay = min(delay * 2, 30.0)
             retry = commit_all(self.config.catalog, [results[o.table] for o in report.failed], job.name,
                                batch_id, threads=job.commit_threads, retries=job.commit_retries,
                                maintenance=self.config.maintenance)

@@ -33,7 +33,7 @@ from router.catalog import get_catalog, load_table
 from router.config import RouterConfig
 from router.progress import rolled_back, stored_progress
 from router.routing import RoutingTable
-from router.source.offsets import EARLIEST, LATEST, ResumePlan
+from router.source.offsets import EARLIEST, LATEST, ResumePlan, tp_key
 
 log = logging.getLogger("icerouter.resume")
 
@@ -92,7 +92,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     fresh: list[str] = []
     named_by_topic: dict[str, list[str]] = {}
     for topic, partition in sorted(partitions):
-        key = f"{topic}/{partition}"
+        key = tp_key(topic, partition)
         lo, hi = earliest.get(key, 0), latest.get(key, 0)
         held: list[tuple[int, int, str]] = []  # (offset, preference, why): tables before dead letters
         new: list[tuple[int, int, str]] = []

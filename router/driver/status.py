@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
+
+from router.jsonfile import write_json_atomic
 
 
 @dataclasses.dataclass
@@ -58,8 +59,4 @@ def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_row
     """A small JSON status file for dashboards and the demo (atomic replace)."""
     body = {"job": job, "updated": time.time(), "totals": totals,
             "last_batch": dataclasses.asdict(stats), "tables": table_rows}
-    tmp = f"{path}.tmp"
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(tmp, "w") as fh:
-        json.dump(body, fh, indent=1, default=str)
-    os.replace(tmp, path)
+    write_json_atomic(path, body, indent=1, default=str)

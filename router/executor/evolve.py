@@ -4,16 +4,21 @@ Why on the executors: data files carry Iceberg field ids, so a new column must
 exist in the table before a file with it is written. The alternative, a first
 Spark pass that only collects schema ids, re-reads Kafka for every batch (the
 batch DataFrame is lazy) and doubled the source cost; schema changes are rare,
-so the executors commit them directly. The commit is idempotent: after a
-conflict we refresh and re-plan, and a plan that is already applied is a no-op.
-The data append itself stays on the driver.
+so the executors commit them directly, in a transaction of their own. The
+commit is idempotent: after a conflict we back off, refresh and re-plan, and a
+plan that is already applied is a no-op; after SCHEMA_COMMIT_ATTEMPTS we give
+up. The data append is a later, separate commit (router/catalog/commit.py), by
+the task that wrote the files (``job.commit_in_tasks``, the default) or by the
+driver. A missing table is created here, or, with ``tables.auto_create`` off,
+its records are dead-lettered.
 
-Decision per (table, writer schema), taken by ``router.decisions`` (the same
-function `plan` and `check` use), from the policy outcome of its violations
-(worst wins): write, discard_value (drop the offending top-level columns),
-discard_row (drop the records), dlq (dead-letter the records) and freeze (the
-table is failed for this batch: its records are dead-lettered with the reason,
-so nothing is lost and the other tables are not held up).
+Decision per (table, writer schema), taken by ``router.decisions.decide_schema``
+from the plan `plan` and `check` compute too (``plan_table``): the policy
+outcome of its violations (worst wins) gives the action. discard_value: write,
+without the offending top-level columns; discard_row: drop the records; dlq:
+dead-letter them; freeze: fail, the table is failed for this batch and its
+records are dead-lettered with the reason (router/executor/partition.py), so
+nothing is lost and the other tables are not held up.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from router.descriptors import descriptor_spark_schema
 from router.exceptions import crossing_process_boundary
 from router.executor.tasks import collector_paused, process_partition
+from router.jsonfile import write_json_atomic
 from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
 from router.source.fetch import read_ranges
 from router.source.offsets import Range, pack_ranges
@@ -65,11 +66,7 @@ def read_handoff(path: str | None) -> tuple[frozenset, int | None]:
 def write_handoff(path: str, tables: Sequence[str], batch_id: int | None = None) -> None:
     """Driver side, between batches: the source's planner (a process on the driver's host) reads
     this when it plans the next batch's tasks, before that batch's `foreachBatch` call."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"quarantined": sorted(tables), "batch_id": batch_id}, fh)
-    os.replace(tmp, path)
+    write_json_atomic(path, {"quarantined": sorted(tables), "batch_id": batch_id})
 
 
 def process_ranges(options_json: str, ranges: Sequence[tuple], ctx) -> Iterator[pa.RecordBatch]:

@@ -2,14 +2,16 @@
 
 Every error carries structured attributes and a ``transient`` class attribute so
 callers can decide between retrying, failing the query or dead-lettering.
-All errors pickle with their attributes because they cross the Spark
-driver/worker boundary.
+All errors pickle with their attributes (evolution/picklable.py) because they
+cross the Spark driver/worker boundary.
 """
 
 from __future__ import annotations
 
+from evolution.picklable import PicklableError
 
-class SourceError(Exception):
+
+class SourceError(PicklableError):
     """Base class of every error raised by ``router.source``."""
 
     transient: bool = False
@@ -22,14 +24,7 @@ class SourceError(Exception):
         partition: int | None = None,
         offset: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-
-    def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self.topic, self.partition, self.offset))
+        super().__init__(message, topic=topic, partition=partition, offset=offset)
 
     def __str__(self) -> str:
         where = []
@@ -40,10 +35,6 @@ class SourceError(Exception):
         if self.offset is not None:
             where.append(f"offset={self.offset}")
         return f"{self.message} ({', '.join(where)})" if where else self.message
-
-
-def _rebuild(cls, message, topic, partition, offset):
-    return cls(message, topic=topic, partition=partition, offset=offset)
 
 
 class SourceOptionsError(SourceError):

@@ -8,12 +8,14 @@ partition.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Callable
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from evolution.backoff import backoff_delay
 from router.source.exceptions import BrokerError
 from router.source.offsets import Offsets, normalize, tp_key
 from router.source.options import KafkaSourceOptions
@@ -46,7 +48,6 @@ def admin_config(options: KafkaSourceOptions) -> dict[str, str]:
 
 
 def _retry(what: str, call: Callable):
-    delay = 0.2
     for attempt in range(1, RETRIES + 1):
         try:
             return call()
@@ -56,8 +57,7 @@ def _retry(what: str, call: Callable):
             if attempt == RETRIES or not retriable:
                 raise BrokerError(f"{what} failed after {attempt} attempt(s): {exc}") from None
             log.warning("%s failed (attempt %d): %s; retrying", what, attempt, exc)
-            time.sleep(delay)
-            delay *= 2
+            time.sleep(backoff_delay(attempt - 1, 0.2, math.inf, jitter=False))
 
 
 class BrokerMetadata:

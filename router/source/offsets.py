@@ -40,13 +40,19 @@ class Range:
         return (self.topic, self.partition, self.from_offset, self.until)
 
 
+#: Between topic and partition in an offsets key. Topic names cannot contain it.
+KEY_SEPARATOR = "/"
+
+
 def tp_key(topic: str, partition: int) -> str:
-    return f"{topic}/{partition}"
+    """``"topic/partition"``: the key of one topic-partition in every offsets document (Spark's
+    checkpoint here, the tables' progress in router/progress.py, whose `tp_keys` builds whole columns)."""
+    return f"{topic}{KEY_SEPARATOR}{partition}"
 
 
 def split_key(key: str) -> tuple[str, int]:
     """``"a/b/3"`` -> ``("a/b", 3)``; topic names cannot contain '/', but be lenient."""
-    topic, sep, partition = key.rpartition("/")
+    topic, sep, partition = key.rpartition(KEY_SEPARATOR)
     if not sep or not topic:
         raise OffsetsError(f"offset key {key!r} is not 'topic/partition'")
     try:

@@ -10,14 +10,15 @@ import dataclasses
 import json
 import pickle
 
+import pyarrow as pa
 import pytest
 
 import router.cli.demo_data as data
 from router.driver.commits import commit_all
 from router.catalog.dead_letter_table import ensure_dead_letter_table
-from router.progress import property_name, stored_progress
+from router.progress import property_name, stored_progress, tp_keys
 from router.driver.resume import plan_resume
-from router.source.offsets import ResumePlan, resume_start
+from router.source.offsets import ResumePlan, resume_start, split_key, tp_key
 from router.catalog import load_table
 from router.descriptors import STATS_ROW, TableResult
 from router.executor.tasks import process_partition
@@ -159,3 +160,12 @@ def test_resume_start_skips_ahead_of_an_old_checkpoint():
     plan = ResumePlan({"t/0": 50, "t/1": 5}, {})
     assert resume_start({"t/0": 10, "t/1": 8}, {"t/0": 40, "t/1": 9}, plan, first=True) == {"t/0": 40, "t/1": 8}
     assert ResumePlan.from_json(plan.to_json()).resume == plan.resume
+
+
+def test_keys_of_rows_are_the_keys_of_their_partitions():
+    topics, partitions = ["orders", "a.b-c_d", "orders"], [0, 12, 3]
+    keys = tp_keys(pa.array(topics), pa.array(partitions, pa.int32())).to_pylist()
+    assert keys == [tp_key(t, p) for t, p in zip(topics, partitions)] == ["orders/0", "a.b-c_d/12", "orders/3"]
+    assert [split_key(k) for k in keys] == list(zip(topics, partitions))
+    letters = tp_keys(pa.array(topics), pa.array(partitions), pa.array(["db.t", None, "db.u"])).to_pylist()
+    assert letters == ["db.t|orders/0", "|a.b-c_d/12", "db.u|orders/3"]
