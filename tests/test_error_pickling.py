@@ -19,12 +19,14 @@ from registry.exceptions import (
     DecodeError, RegistryConfigError, RegistryError, RegistryUnavailable, SchemaNotFound,
     UnsupportedSchemaType, WireFormatError,
 )
+from router.changes.exceptions import ChangeStreamError, EnvelopeError, KeyColumnsError
 from router.devstack.exceptions import (
     DevStackError, RegistryApiError, RegistryStoreError, ServiceMissingError, ServiceStartError,
     StackStateError,
 )
 from router.devstack.registry_compat import SchemaInvalid
-from router.exceptions import (
+from router.exceptions import (  # noqa: I001
+    RowLevelError,
     CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, ServiceUnavailable,
     TableNameError, TransientError, UnsupportedLocation,
 )
@@ -56,6 +58,10 @@ EXAMPLES = [
     CompactionConflict("files removed under us", table="db.t", snapshot_id=12),
     UnsupportedLocation("no filesystem", table="db.t", location="mem://x"),
     TransientError("[icerouter:transient] RegistryUnavailable: down"),
+    RowLevelError("position deletes name a file that is not live", table="db.t", path="s3://w/d.parquet"),
+    ChangeStreamError("table db.t is an append table", table="db.t"),
+    EnvelopeError("not a Debezium envelope: no 'op' field", table="db.t"),
+    KeyColumnsError("no key columns", table="db.t", route="r1"),
     SourceError("failed", topic="t", partition=1, offset=2),
     SourceOptionsError("bad option", topic="t"),
     OffsetsError("bad json"),
