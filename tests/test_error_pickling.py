@@ -25,9 +25,8 @@ from router.devstack.exceptions import (
     StackStateError,
 )
 from router.devstack.registry_compat import SchemaInvalid
-from router.exceptions import (  # noqa: I001
-    RowLevelError,
-    CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, ServiceUnavailable,
+from router.exceptions import (
+    CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, RowLevelError, ServiceUnavailable,
     TableNameError, TransientError, UnsupportedLocation,
 )
 from router.source.exceptions import (
