@@ -26,6 +26,8 @@ class MaintenanceReport:
     dry_run: bool = False
     files_before: int = 0
     files_after: int = 0
+    delete_files_before: int = 0  # position-delete files (upsert tables): compaction applies and drops them
+    delete_files_after: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
     snapshots_before: int = 0
@@ -42,11 +44,13 @@ class MaintenanceReport:
     seconds: float = 0.0
 
 
-def _data_stats(table) -> tuple[int, int]:
+def _data_stats(table) -> tuple[int, int, int]:
+    """(data files, bytes, delete files) of the current snapshot."""
     summary = table.current_snapshot().summary if table.current_snapshot() else None
     if summary is None:
-        return 0, 0
-    return int(summary.get("total-data-files") or 0), int(summary.get("total-files-size") or 0)
+        return 0, 0, 0
+    return (int(summary.get("total-data-files") or 0), int(summary.get("total-files-size") or 0),
+            int(summary.get("total-delete-files") or 0))
 
 
 def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orphans: bool = True,
@@ -57,7 +61,7 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
     cannot be back-dated, so tests move the clock instead)."""
     started = time.perf_counter()
     report = MaintenanceReport(_name(table), dry_run)
-    report.files_before, report.bytes_before = _data_stats(table)
+    report.files_before, report.bytes_before, report.delete_files_before = _data_stats(table)
     report.snapshots_before = len(table.metadata.snapshots)
     report.metadata_files_before = metadata_file_count(table)
     retain, age = config.retain_last_snapshots, config.max_snapshot_age_seconds
@@ -79,7 +83,7 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
         except UnsupportedLocation as exc:
             report.notes.append(exc.message)
     table.refresh()
-    report.files_after, report.bytes_after = _data_stats(table)
+    report.files_after, report.bytes_after, report.delete_files_after = _data_stats(table)
     report.snapshots_after = len(table.metadata.snapshots)
     report.metadata_files_after = metadata_file_count(table)
     report.seconds = time.perf_counter() - started
@@ -140,20 +144,21 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
     """One line per table; a dry run shows the current state and what would be done."""
     if not reports:
         return f"no tables match {pattern!r}"
-    header = ("table", "data files", "data bytes", "snapshots", "metadata files", "expired", "orphans",
-              "seconds", "status")
+    header = ("table", "data files", "delete files", "data bytes", "snapshots", "metadata files", "expired",
+              "orphans", "seconds", "status")
     rows = []
     for r in reports:
         if r.error:
             error = r.error.splitlines()[0]
-            rows.append((r.table, *[""] * 7, f"FAILED {error[:160]}{'...' if len(error) > 160 else ''}"))
+            rows.append((r.table, *[""] * 8, f"FAILED {error[:160]}{'...' if len(error) > 160 else ''}"))
             continue
         if r.dry_run:
             files = sum(len(g.files) for g in r.planned_groups)
             status = f"would rewrite {files} files in {len(r.planned_groups)} groups"
         else:
             status = f"ok, rewrote {r.compaction.files_removed} -> {r.compaction.files_added} files"
-        rows.append((r.table, _pair(r.files_before, r.files_after), _pair(r.bytes_before, r.bytes_after, _size),
+        rows.append((r.table, _pair(r.files_before, r.files_after),
+                     _pair(r.delete_files_before, r.delete_files_after), _pair(r.bytes_before, r.bytes_after, _size),
                      _pair(r.snapshots_before, r.snapshots_after),
                      _pair(r.metadata_files_before, r.metadata_files_after), str(r.expired_snapshots),
                      str(len(r.orphans)), f"{r.seconds:.2f}", status + "".join(f"; {n}" for n in r.notes)))

@@ -118,6 +118,11 @@ def test_change_streams_survive_a_crash_a_lost_checkpoint_and_a_compaction(tmp_p
 
     first = f"{prefix}_crm.{source.topics[0].replace('.', '_')}"
     assert live_delete_files(load_table(catalog, first, refresh=True)), "the stream should have deleted rows"
+    dry = _run_maintain(config, first, "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    header, line = dry.stdout.splitlines()[1], dry.stdout.splitlines()[2]
+    assert header.split()[:5] == ["table", "data", "files", "delete", "files"]
+    assert int(line.split()[2]) == len(live_delete_files(load_table(catalog, first, refresh=True))) > 0
     maintained = _run_maintain(config, first)
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     compacted = load_table(catalog, first, refresh=True)
@@ -133,10 +138,10 @@ def test_change_streams_survive_a_crash_a_lost_checkpoint_and_a_compaction(tmp_p
         assert set(delete.referenced) <= set(live.data), "a delete file names a data file that is gone"
 
 
-def _run_maintain(config, table: str):
+def _run_maintain(config, table: str, *extra: str):
     import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "router.cli", "maintain", "--config", str(config), "--table", table],
+    return subprocess.run([sys.executable, "-m", "router.cli", "maintain", "--config", str(config), "--table", table, *extra],
                           env=dict(os.environ), capture_output=True, text=True, timeout=300)
