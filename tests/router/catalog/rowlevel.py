@@ -98,8 +98,9 @@ def assert_readers_agree(table, expected: dict) -> None:
 
 def check_manifests(table) -> dict:
     """Every manifest of every snapshot: data manifests hold data files, DELETES manifests position
-    deletes, and no equality delete anywhere. Returns counts of the current snapshot's manifests."""
-    counts = {"data": 0, "deletes": 0}
+    deletes, and no equality delete anywhere. Returns counts of the current snapshot's manifests
+    ("live_deletes": DELETES manifests that still hold live delete files, not only removals)."""
+    counts = {"data": 0, "deletes": 0, "live_deletes": 0}
     for snapshot in table.metadata.snapshots:
         for manifest in snapshot.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
@@ -110,4 +111,7 @@ def check_manifests(table) -> dict:
                 assert content == want, (manifest.manifest_path, content)
     for manifest in table.current_snapshot().manifests(table.io):
         counts["data" if manifest.content == ManifestContent.DATA else "deletes"] += 1
+        if manifest.content == ManifestContent.DELETES and (manifest.added_files_count or
+                                                              manifest.existing_files_count):
+            counts["live_deletes"] += 1
     return counts
