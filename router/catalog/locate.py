@@ -105,7 +105,10 @@ def _key_partitions(spec, schema, by_source: dict[int, str], keys: pa.Table):
     values: list[list] = []
     for i, pf in derived:
         source = schema.find_field(pf.source_id)
-        transformed = pf.transform.pyarrow_transform(source.field_type)(keys.column(by_source[pf.source_id]))
+        try:
+            transformed = pf.transform.pyarrow_transform(source.field_type)(keys.column(by_source[pf.source_id]))
+        except (NotImplementedError, ImportError, ValueError, TypeError, pa.ArrowException):
+            return None  # a transform pyiceberg cannot apply to Arrow here (e.g. void): no pruning by partition
         unique = pc.unique(transformed)
         index = pc.index_in(transformed, value_set=unique).to_numpy(zero_copy_only=False).astype(np.int64)
         codes = codes * len(unique) + index

@@ -21,7 +21,9 @@ import router.catalog.locate as locate_module
 from router.catalog.deletes import write_position_deletes
 from router.catalog.locate import locate_keys
 from router.catalog.row_delta import RowDelta
-from router.catalog.snapshot_files import FILE_PATH_ID, POS_ID, clear_caches, snapshot_files
+from router.catalog.snapshot_files import (
+    FILE_PATH_ID, POS_ID, clear_caches, live_delete_files, read_live_rows, snapshot_files,
+)
 from router.catalog.sql import StagedTransaction
 from router.exceptions import RowLevelError
 from tests.router.catalog.rowlevel import append, make_table, rows_for, upsert
@@ -198,3 +200,62 @@ def test_a_v1_table_is_refused_with_a_one_line_error(catalog, unique_name):
         message = str(info.value)
         assert "format v2" in message and "v1" in message and "\n" not in message
         assert info.value.table == f"{ns}.t"
+
+
+def test_live_delete_files_and_reading_a_file_with_its_deletes(catalog, unique_name):
+    table = make_table(catalog, unique_name("live"), "identity")
+    for batch in range(2):
+        append(table, rows_for(range(batch * 30, batch * 30 + 30), "v0"))
+    located, deletes = upsert(table, rows_for([4, 7], "v1"), deleted_ids=[10, 41])
+    table.refresh()
+
+    live = live_delete_files(table)
+    assert sorted(d.delete_file.file_path for d in live) == sorted(d.file_path for d in deletes)
+    named = {}
+    for d in live:
+        assert d.sequence_number == table.current_snapshot().sequence_number
+        assert set(d.referenced) == {f.file_path for f in d.data_files}  # all still live
+        named.update(d.referenced)
+    by_file = located.group_by("file_path").aggregate([("pos", "count")]).to_pylist()
+    assert named == {r["file_path"]: r["pos_count"] for r in by_file}
+
+    files = snapshot_files(table)
+    for path in set(located.column("file_path").to_pylist()):
+        rows = pa.Table.from_batches(list(read_live_rows(table, [files.data[path]])))
+        all_ids = pq.read_table(local(path)).column("id").to_pylist()
+        gone = {r["pos"] for r in located.to_pylist() if r["file_path"] == path}
+        assert rows.column("id").to_pylist() == [i for p, i in enumerate(all_ids) if p not in gone]
+        assert rows.schema.names == ["id", "region", "ts", "body"]
+
+
+@pytest.mark.parametrize("layout", ["unpartitioned", "bucket_day"])
+def test_the_snapshot_index_matches_pyiceberg_scan_planning_snapshot_after_snapshot(catalog, unique_name, layout,
+                                                                                   monkeypatch):
+    """Built from its parent's index commit after commit, it must say what pyiceberg's planner says."""
+    import router.catalog.snapshot_files as module
+    from router.maintenance import compact, plan_compaction
+
+    whole_reads = []
+    real_build = module._build
+    monkeypatch.setattr(module, "_build", lambda t, s: whole_reads.append(s.snapshot_id) or real_build(t, s))
+    table = make_table(catalog, unique_name("index"), layout)
+    clear_caches()
+    append(table, rows_for(range(40), "v0"))
+    steps = [lambda v: upsert(table, rows_for([1, 2, 30 + v], f"v{v}"), [10 + v]) for _ in range(3)]
+    steps += [lambda v: compact(table.refresh(), plan_compaction(table.refresh(), 1 << 30), 1 << 30)]
+    steps += [lambda v: upsert(table, rows_for([1, 5], f"v{v}"), [20 + v]) for _ in range(2)]
+    for version, step in enumerate(steps, start=1):
+        step(version)
+        table.refresh()
+        files = snapshot_files(table)
+        planned = {t.file.file_path: {d.file_path for d in t.delete_files} for t in table.scan().plan_files()}
+        assert set(files.data) == set(planned)
+        assert {p: {d.file_path for d in files.delete_files_for(p)} for p in files.data} == planned
+        assert {p: f.record_count for p, f in files.data.items()} == \
+            {t.file.file_path: t.file.record_count for t in table.scan().plan_files()}
+    # read whole: the first snapshot, and the compaction's (it removed files); every upsert extended its parent's
+    assert len(whole_reads) == 2
+    clear_caches()
+    whole = snapshot_files(table)  # read whole, not from a parent's index
+    assert whole.sequence == files.sequence and whole.data.keys() == files.data.keys()
+    assert sorted((d.file_path, s) for d, s in whole.deletes) == sorted((d.file_path, s) for d, s in files.deletes)
