@@ -11,6 +11,12 @@ thread pool (Parquet decoding releases the GIL).
 
 Key columns are top-level primitive columns, found in each file by field id
 (renamed columns still match; a file older than a key column holds no key).
+
+What a file's key columns hold is kept once read (files never change), in a
+bounded LRU (KEY_CACHE_BYTES): for one integer key, the sorted values with
+their row positions, so a lookup is a binary search; for other keys the
+columns as read, matched by hash (`is_in`) or a join. The job locates every
+batch's keys in mostly the same files, so it pays (numbers at KEY_CACHE_BYTES).
 """
 
 from __future__ import annotations
@@ -75,7 +81,8 @@ def _distinct_keys(keys: pa.Table, key_columns: Sequence[str], arrow_types: list
 
 # ----------------------------------------------------------------------------- pruning
 
-def _partition_candidates(table, schema, fields, keys: pa.Table, files: list[DataFile]) -> list[tuple[DataFile, np.ndarray | None]]:
+def _partition_candidates(table, schema, fields, keys: pa.Table,
+                          files: list[DataFile]) -> list[tuple[DataFile, np.ndarray | None]]:
     """(file, indices of the keys it may hold; None = all) for files whose partition a key can have."""
     by_source = {f.field_id: f.name for f in fields}
     specs = table.metadata.specs()
@@ -142,8 +149,8 @@ def _in_bounds(f: DataFile, fields, keys: pa.Table, rows: np.ndarray | None) -> 
             low = pa.scalar(from_bytes(field.field_type, lo), column.type)
             high = pa.scalar(from_bytes(field.field_type, hi), column.type)
             inside = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
-        except (pa.ArrowException, ValueError, TypeError):
-            continue  # a type whose bounds Arrow cannot compare: no pruning by it
+        except Exception:  # bounds Arrow cannot compare, or of a narrower type (int widened to long): keep all
+            continue
         mask = inside if mask is None else pc.and_(mask, inside)
     if mask is None:
         return rows

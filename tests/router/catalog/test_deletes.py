@@ -259,3 +259,26 @@ def test_the_snapshot_index_matches_pyiceberg_scan_planning_snapshot_after_snaps
     whole = snapshot_files(table)  # read whole, not from a parent's index
     assert whole.sequence == files.sequence and whole.data.keys() == files.data.keys()
     assert sorted((d.file_path, s) for d, s in whole.deletes) == sorted((d.file_path, s) for d, s in files.deletes)
+
+
+def test_locate_keys_in_files_written_before_the_key_was_widened(catalog, unique_name):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, NestedField, StringType
+
+    from router.catalog import DEFAULT_TABLE_PROPERTIES
+
+    ns = unique_name("widen")
+    catalog.create_namespace(ns)
+    table = catalog.create_table(f"{ns}.t", Schema(NestedField(1, "id", IntegerType(), required=False),
+                                                   NestedField(2, "body", StringType(), required=False)),
+                                 properties=DEFAULT_TABLE_PROPERTIES)
+    table.append(pa.table({"id": pa.array(range(10), pa.int32()), "body": [f"old{i}" for i in range(10)]}))
+    with table.update_schema() as update:
+        update.update_column("id", LongType())
+    table.append(pa.table({"id": pa.array([2**40, 5], pa.int64()), "body": ["new", "new5"]}))
+    locate_module.clear_cache()
+
+    found = locate_keys(table.refresh(), pa.table({"id": [5, 2**40, 11]}), ["id"])
+
+    assert sorted(found.column("id").to_pylist()) == [5, 5, 2**40]  # in the int file and in the long one
+    assert found.schema.field("id").type == pa.int64()
