@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Mapping, Union
+from typing import Iterable, Mapping, Union
 
 import numpy as np
 import pyarrow as pa
@@ -83,27 +83,31 @@ class _PartitionPath:
         return self.partition_spec.partition_to_path(self.partition, self.schema)
 
 
-def write_position_deletes(table, positions: Positions, files: SnapshotFiles | None = None) -> list[DataFile]:
+def write_position_deletes(table, positions: Positions, files: SnapshotFiles | None = None,
+                           new_data_files: Iterable[DataFile] = ()) -> list[DataFile]:
     """Write Parquet position-delete files for `positions` (not committed); one file per partition.
 
     `positions` maps live data file path -> row positions (any order, int64), or is
     an Arrow table with columns file_path and pos. Every path must be a live data
     file of the table's current snapshot (or of `files`, the snapshot the positions
-    were located in). Returns DataFiles with content POSITION_DELETES, the spec id
-    and partition of the files they reference, counts, size and bounds.
+    were located in), or one of `new_data_files`, written to be committed in the same
+    row delta. Returns DataFiles with content POSITION_DELETES, the spec id and
+    partition of the files they reference, counts, size and bounds.
     """
     require_v2(table)
     wanted = _normalise(positions)
     if not wanted:
         return []
     files = files or snapshot_files(table)
+    new = {f.file_path: f for f in new_data_files}
+    default_spec = table.metadata.default_spec_id
     groups: dict[tuple[int, Record], list[str]] = {}
     for path in wanted:
-        data_file = files.data.get(path)
+        data_file = files.data.get(path) or new.get(path)
         if data_file is None:
             raise RowLevelError("position deletes name a file that is not a live data file of the snapshot",
                                 table=_name(table), path=path, snapshot_id=files.snapshot_id)
-        groups.setdefault((data_file.spec_id, data_file.partition), []).append(path)
+        groups.setdefault((_spec_id(data_file, default_spec), data_file.partition), []).append(path)
     metadata = table.metadata
     specs, schema = metadata.specs(), metadata.schema()
     provider = table.location_provider()
@@ -138,8 +142,11 @@ def _write_one(io, location: str, positions: dict[str, np.ndarray], spec_id: int
         writer.write_table(data)
         writer.close()
         size = stream.tell()
-    finally:
+    except BaseException:
         stream.close()
+        delete_quietly(io, [location])
+        raise
+    stream.close()
     meta = writer.writer.metadata
     column_sizes = {FILE_PATH_ID: 0, POS_ID: 0}
     split_offsets = []
@@ -174,10 +181,12 @@ def _write_one(io, location: str, positions: dict[str, np.ndarray], spec_id: int
     return delete_file
 
 
-def referenced_paths(delete_file: DataFile) -> tuple[str, str] | None:
-    """(lowest, highest) data file path a position-delete file names, from its bounds (None: unknown)."""
-    lower, upper = (delete_file.lower_bounds or {}).get(FILE_PATH_ID), (delete_file.upper_bounds or {}).get(FILE_PATH_ID)
-    return (lower.decode(), upper.decode()) if lower is not None and upper is not None else None
+def _spec_id(f: DataFile, default: int) -> int:
+    """A file read from a manifest knows its spec; one just written is in the default spec."""
+    try:
+        return f.spec_id
+    except AttributeError:
+        return default
 
 
 def _name(table) -> str:

@@ -260,14 +260,16 @@ class RowDelta(FileChanges):
         return super()._commit()
 
     def _check_targets_live(self) -> None:
-        """Every data file the new deletes name must be live in the snapshot this one builds on."""
+        """Every data file the new deletes name must be live in the snapshot this one builds on (or be
+        added by this one)."""
         if not self._added_delete_files:
             return
         table = self._transaction._table
         parent = self._parent_snapshot_id
         live = snapshot_files(table, parent, self._transaction.table_metadata).data if parent is not None else {}
+        ours = {f.file_path for f in self._added_data_files}  # same sequence number: deletes apply to them too
         for delete_file in self._added_delete_files:
-            gone = [p for p in read_position_deletes(self._io, delete_file) if p not in live]
+            gone = [p for p in read_position_deletes(self._io, delete_file) if p not in live and p not in ours]
             if gone:
                 raise ValidationException(f"Position deletes name data files that are not live in snapshot "
                                           f"{parent}: {', '.join(sorted(gone)[:3])}")

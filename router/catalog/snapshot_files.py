@@ -9,10 +9,9 @@ and which rows of a file they delete. Snapshots, manifests and delete files
 never change once written, so the answers are cached: the file index per
 (table, snapshot id) and the positions per delete file, both in bounded LRUs.
 
-pyiceberg 0.12 names used: ``DeleteFileIndex`` (pyiceberg.table.delete_file_index,
-the index its own scans match delete files with), ``ExecutorFactory`` (its shared
-thread pool) and ``ArrowScan`` / ``FileScanTask``, which apply position deletes
-when they read a data file. Equality deletes are refused: pyiceberg cannot read them.
+pyiceberg 0.12 names used: ``ExecutorFactory`` (its shared thread pool) and
+``ArrowScan`` / ``FileScanTask``, which apply position deletes when they read a
+data file. Equality deletes are refused: pyiceberg cannot read them.
 """
 
 from __future__ import annotations
@@ -28,9 +27,10 @@ import pyarrow.parquet as pq
 from cachetools import LRUCache
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, FileFormat, ManifestEntry
+from pyiceberg.manifest import (
+    INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus,
+)
 from pyiceberg.table import FileScanTask
-from pyiceberg.table.delete_file_index import DeleteFileIndex
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from router.exceptions import RowLevelError
@@ -39,13 +39,14 @@ from router.exceptions import RowLevelError
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 
-#: Snapshots whose file index is kept (a job commits a table once per batch: the last few are asked).
-SNAPSHOT_CACHE_SIZE = 64
+#: Files (data and delete) of the snapshot indexes kept, over all tables (~1-2 KB each with their
+#: statistics); the job asks about a table's last snapshot or two, maintenance about the current one.
+SNAPSHOT_CACHE_FILES = 200_000
 #: Bytes of deleted positions kept in memory, over all delete files (8 bytes a position plus paths).
 DELETES_CACHE_BYTES = 256 * 1024 * 1024
 
 _lock = threading.Lock()
-_snapshots: LRUCache = LRUCache(maxsize=SNAPSHOT_CACHE_SIZE)
+_snapshots: LRUCache = LRUCache(maxsize=SNAPSHOT_CACHE_FILES, getsizeof=lambda v: 1 + len(v.data) + len(v.deletes))
 _positions: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES,
                                 getsizeof=lambda v: 64 + sum(len(p) + a.nbytes for p, a in v.items()))
 
@@ -59,46 +60,90 @@ class SnapshotFiles:
     sequence: Mapping[str, int] = field(default_factory=dict, repr=False)  # data file path -> data sequence number
     deletes: tuple[tuple[DataFile, int], ...] = field(default=(), repr=False)  # (delete file, sequence number)
     _applies: Mapping[str, tuple[DataFile, ...]] = field(default_factory=dict, repr=False)
+    _by_partition: Mapping[tuple, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def delete_files_for(self, path: str) -> tuple[DataFile, ...]:
         """Position-delete files that apply to the live data file at `path` (none for an unknown path)."""
         return self._applies.get(path, ())
 
+    def plus(self, snapshot_id: int, data: list[tuple[DataFile, int]], deletes: list[tuple[DataFile, int]]):
+        """This index with files added (data and delete files with their sequence numbers), none removed."""
+        files, sequence = dict(self.data), dict(self.sequence)
+        by_partition = {k: list(v) for k, v in self._by_partition.items()}
+        for f, seq in data:
+            files[f.file_path], sequence[f.file_path] = f, seq
+            by_partition.setdefault((f.spec_id, f.partition), []).append(f.file_path)
+        applies = dict(self._applies)
+        for d, seq in deletes:
+            for path in _targets(d, seq, files, sequence, by_partition):
+                applies[path] = applies.get(path, ()) + (d,)
+        return SnapshotFiles(snapshot_id, files, sequence, self.deletes + tuple(deletes), applies,
+                             {k: tuple(v) for k, v in by_partition.items()})
 
-def _entries(io, manifest) -> list[ManifestEntry]:
-    return manifest.fetch_manifest_entry(io, discard_deleted=True)
+
+def _targets(d: DataFile, seq: int, files, sequence, by_partition) -> list[str]:
+    """Live data files a position-delete file applies to: the scan rule (its partition, a data sequence
+    number <= its own) and its file_path bounds. pyiceberg's DeleteFileIndex asks the same with a metrics
+    evaluator, ~60 us a pair: too slow for a per-batch index of tables with many delete files."""
+    lower, upper = (d.lower_bounds or {}).get(FILE_PATH_ID), (d.upper_bounds or {}).get(FILE_PATH_ID)
+    try:
+        lower, upper = (lower.decode(), upper.decode()) if lower is not None and upper is not None else (None, None)
+    except UnicodeDecodeError:
+        lower = upper = None
+    if lower is not None and lower == upper:  # names one file (pyiceberg matches these by path alone)
+        candidates: Iterable[str] = (lower,) if lower in files else ()
+    else:
+        candidates = by_partition.get((d.spec_id, d.partition), ())
+        if lower is not None:
+            candidates = [p for p in candidates if lower <= p <= upper]
+    return [p for p in candidates if sequence[p] <= seq]
+
+
+def _entries(io, manifest, discard_deleted: bool = True) -> list[ManifestEntry]:
+    return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
+
+
+def _split(table, entries: Iterable[ManifestEntry]) -> tuple[list, list]:
+    data, deletes = [], []
+    for entry in entries:
+        content, seq = entry.data_file.content, entry.sequence_number or INITIAL_SEQUENCE_NUMBER
+        if content == DataFileContent.DATA:
+            data.append((entry.data_file, seq))
+        elif content == DataFileContent.POSITION_DELETES:
+            deletes.append((entry.data_file, seq))
+        else:
+            raise RowLevelError("the table holds equality deletes, which this reader cannot apply",
+                                table=_name(table), file=entry.data_file.file_path)
+    return data, deletes
 
 
 def _build(table, snapshot) -> SnapshotFiles:
     io = table.io
-    manifests = snapshot.manifests(io)
-    data_entries: list[ManifestEntry] = []
-    index = DeleteFileIndex()
-    deletes: list[tuple[DataFile, int]] = []
-    for entries in ExecutorFactory.get_or_create().map(lambda m: _entries(io, m), manifests):
-        for entry in entries:
-            content = entry.data_file.content
-            if content == DataFileContent.DATA:
-                data_entries.append(entry)
-            elif content == DataFileContent.POSITION_DELETES:
-                index.add_delete_file(entry, partition_key=entry.data_file.partition)
-                deletes.append((entry.data_file, entry.sequence_number or INITIAL_SEQUENCE_NUMBER))
-            else:
-                raise RowLevelError("the table holds equality deletes, which this reader cannot apply",
-                                    table=_name(table), file=entry.data_file.file_path)
-    data, sequence, applies = {}, {}, {}
-    for entry in data_entries:
-        f, seq = entry.data_file, entry.sequence_number or INITIAL_SEQUENCE_NUMBER
-        data[f.file_path], sequence[f.file_path] = f, seq
-        if deletes:
-            found = index.for_data_file(seq, f, partition_key=f.partition)
-            if found:
-                applies[f.file_path] = tuple(sorted(found, key=lambda d: d.file_path))
-    return SnapshotFiles(snapshot.snapshot_id, data, sequence, tuple(deletes), applies)
+    lists = ExecutorFactory.get_or_create().map(lambda m: _entries(io, m), snapshot.manifests(io))
+    data, deletes = _split(table, (e for entries in lists for e in entries))
+    return SnapshotFiles(None).plus(snapshot.snapshot_id, data, deletes)
+
+
+def _extend(table, snapshot, parent: SnapshotFiles) -> SnapshotFiles | None:
+    """The parent's index plus what `snapshot` added, read from the manifests it wrote; None when it
+    removed files (a compaction) or the totals of its summary disagree: then the index is read whole."""
+    io, sid = table.io, snapshot.snapshot_id
+    written = [m for m in snapshot.manifests(io) if m.added_snapshot_id == sid]
+    entries = [e for m in written for e in _entries(io, m, discard_deleted=False) if e.snapshot_id == sid]
+    if any(e.status == ManifestEntryStatus.DELETED for e in entries):
+        return None
+    data, deletes = _split(table, (e for e in entries if e.status == ManifestEntryStatus.ADDED))
+    found = parent.plus(sid, data, deletes)
+    summary = snapshot.summary
+    for total, have in (("total-data-files", len(found.data)), ("total-delete-files", len(found.deletes))):
+        if summary is not None and summary.get(total) is not None and int(summary.get(total)) != have:
+            return None
+    return found
 
 
 def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> SnapshotFiles:
-    """The file index of the table's current snapshot (or of `snapshot_id`), cached per snapshot.
+    """The file index of the table's current snapshot (or of `snapshot_id`), cached per snapshot; built
+    from its parent's when that is cached and it only added files (every commit of the job).
     `metadata`: a transaction's staged metadata instead of the table's."""
     metadata = metadata or table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
@@ -106,13 +151,14 @@ def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> Snap
         if snapshot_id is not None:
             raise RowLevelError("no such snapshot", table=_name(table), snapshot_id=snapshot_id)
         return SnapshotFiles(None)
-    key = (str(metadata.table_uuid), snapshot.snapshot_id)
+    uuid = str(metadata.table_uuid)
     with _lock:
-        found = _snapshots.get(key)
+        found = _snapshots.get((uuid, snapshot.snapshot_id))
+        parent = _snapshots.get((uuid, snapshot.parent_snapshot_id)) if found is None else None
     if found is None:
-        found = _build(table, snapshot)
-        with _lock:
-            _snapshots[key] = found
+        found = (_extend(table, snapshot, parent) if parent is not None else None) or _build(table, snapshot)
+        with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
+            _snapshots[(uuid, snapshot.snapshot_id)] = found
     return found
 
 
