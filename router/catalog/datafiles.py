@@ -245,7 +245,7 @@ def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_ke
 
 def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partition_key: PartitionKey | None) -> DataFile:
     stats = data_file_statistics_from_parquet_metadata(parquet_metadata, plan.stats_plan, plan.path_to_id)
-    return DataFile.from_args(
+    data_file = DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
         file_format=FileFormat.PARQUET,
@@ -257,6 +257,8 @@ def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partiti
         key_metadata=None,
         **stats.to_serialized_dict(),
     )
+    data_file.spec_id = plan.spec_id  # from_args drops it; row deltas and compaction group files by spec
+    return data_file
 
 
 def write_data_files(table: Any, data: pa.Table) -> list[DataFile]:

@@ -18,7 +18,7 @@ from router.catalog.deletes import write_position_deletes
 from router.catalog.locate import locate_keys
 from router.catalog.row_delta import row_delta
 from router.catalog.sql import StagedTransaction
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from tests.duckdb_reader import read_iceberg
 
 BASE = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)

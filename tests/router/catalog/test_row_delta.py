@@ -19,7 +19,7 @@ from router.catalog.snapshot_files import snapshot_files
 from router.catalog.sql import StagedTransaction
 from router.config import CatalogConfig
 from router.exceptions import RowLevelError
-from router.executor.datafiles import write_data_files
+from router.catalog.datafiles import write_data_files
 from router.maintenance import compact, plan_compaction
 from router.progress import property_name
 from tests.router.catalog.rowlevel import (
