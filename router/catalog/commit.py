@@ -14,6 +14,16 @@ safe: the catalog's compare-and-swap fails all but one and the loser refreshes,
 re-checks and re-appends. We own that retry loop (pyiceberg's own retry
 re-applies stale preconditions). A failure is reported, never raised: the
 caller (a task, or the driver) decides what happens to the table's rows.
+
+Upsert tables (a result with `upsert`): the attempt locates the live rows of
+the changed keys on the snapshot it builds on, writes their position deletes
+and commits them with the new images and the offsets in one row-delta snapshot.
+Two committers of one table in a batch (fan-in from several tasks, a retried
+task) are safe because positions are never carried across attempts: a lost
+compare-and-swap deletes the attempt's delete files and locates again on the
+refreshed table, so a row another committer just wrote is found and replaced
+(the last commit's image stays; parts of several tasks that reach the driver
+commit in turn, one snapshot each).
 """
 
 from __future__ import annotations
