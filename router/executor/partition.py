@@ -280,6 +280,24 @@ class PartitionWriter:
                 kept.append(item.keep(keep))
         return kept
 
+    def admitted(self, decision, item: Pending, table_id: str, result: TableResult):
+        """The item's rows as its schema's decision lets them through (None: dropped or dead-lettered)."""
+        d = decision.per_schema[item.schema_id]
+        if d.action == "drop":
+            result.discarded += len(item.rows)
+            return None
+        if d.action in ("dlq", "fail"):
+            if d.action == "fail":
+                result.failure = d.reason
+            self.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
+                             d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
+            result.dead_letters += len(item.rows)
+            return None
+        batch = item.batch
+        if d.drop_columns and not item.route.cdc:  # a CDC route's values are envelopes: the image drops them
+            batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
+        return batch
+
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         ctx = self.ctx
         route = items[0].route
@@ -304,20 +322,9 @@ class PartitionWriter:
             parts, written_rows = [], []
             target = iceberg_to_arrow(decision.table.schema()) if decision.table is not None else None
             for item in items:
-                d = decision.per_schema[item.schema_id]
-                if d.action == "drop":
-                    result.discarded += len(item.rows)
+                batch = self.admitted(decision, item, table_id, result)
+                if batch is None:
                     continue
-                if d.action in ("dlq", "fail"):
-                    if d.action == "fail":
-                        result.failure = d.reason
-                    self.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
-                                     d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
-                    result.dead_letters += len(item.rows)
-                    continue
-                batch = item.batch
-                if d.drop_columns:
-                    batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
                 parts.append(align_table(batch, target, ctx.tables.case_sensitive))
                 written_rows.append(item.rows)
                 result.schema_ids.add(item.schema_id)

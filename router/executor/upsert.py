@@ -108,20 +108,9 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
     change_sets = []
     for item in items:
         if item.schema_id != TOMBSTONES:
-            d = decision.per_schema[item.schema_id]
-            if d.action == "drop":
-                result.discarded += len(item.rows)
+            values = writer.admitted(decision, item, table_id, result)
+            if values is None:
                 continue
-            if d.action in ("dlq", "fail"):
-                if d.action == "fail":
-                    result.failure = d.reason
-                writer.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
-                                   d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
-                result.dead_letters += len(item.rows)
-                continue
-            values = item.batch
-            if d.drop_columns and not route.cdc:
-                values = values.select([n for n in values.schema.names if n not in d.drop_columns])
         elif table is None:
             continue  # deletes of keys a table that does not exist cannot hold
         else:
@@ -143,7 +132,9 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
         return
     resolved = last_change_per_key([c for c in change_sets if len(c)])
     target = iceberg_to_arrow(table.schema())
-    parts = [align_table(_image(writer, final, route), target, ctx.tables.case_sensitive)
+    drops = {sid: d.drop_columns for sid, d in decision.per_schema.items()} if decision is not None else {}
+    parts = [align_table(_image(writer, final, route, drops.get(final.source.schema_id, ())), target,
+                         ctx.tables.case_sensitive)
              for final in resolved.inserts if final.image.num_rows]
     if parts:
         data = pa.concat_tables(parts)
@@ -153,12 +144,14 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
     writer.timings["write"] += time.perf_counter() - t1
 
 
-def _image(writer: PartitionWriter, final, route) -> pa.Table:
-    """A CDC route's row images get the route's projection and the Kafka columns here (plain upsert
-    values already have them from add_pending)."""
+def _image(writer: PartitionWriter, final, route, drop_columns: tuple[str, ...]) -> pa.Table:
+    """A CDC route's row images get the route's projection, the policy's dropped values (discard_value)
+    and the Kafka columns here (plain upsert values had them applied to the value before)."""
     image = final.image
     if not route.cdc:
         return image
+    if drop_columns:
+        image = image.select([c for c in image.column_names if c not in drop_columns])
     if route.columns is not None:
         image = image.select([c for c in route.columns if c in image.column_names])
     if writer.ctx.tables.metadata_columns:
