@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_import_graph import find_cycle, within
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 PRODUCT = ("router", "registry", "evolution")
@@ -51,32 +53,6 @@ def imported_names(source: str, name: str, is_package: bool) -> set[str]:
 def edges(imported: set[str], known: set[str]) -> set[str]:
     """The known modules among `imported`: `from pkg import mod` counts as mod when mod is a module."""
     return {n for n in imported if n in known and not any(o.startswith(n + ".") for o in imported if o in known)}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (cycle := visit(start)):
-            return cycle
-    return None
-
-
-def within(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
 
 
 def top_level_names() -> set[str]:

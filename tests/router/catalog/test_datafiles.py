@@ -27,31 +27,14 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.transforms import (
     BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform, YearTransform,
 )
-from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DecimalType, DoubleType, IntegerType, ListType, LongType, NestedField,
-    StringType, StructType, TimestampType, TimestamptzType,
-)
+from pyiceberg.types import StringType
 
 from router.catalog import datafiles
 from router.catalog.datafiles import write_data_files
 from router.catalog import DEFAULT_TABLE_PROPERTIES
+from scripts.perf.components.writer import SCHEMA  # every kind of column the writer converts
 from tests.duckdb_reader import read_iceberg
 
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=False),
-    NestedField(2, "name", StringType(), required=False),
-    NestedField(3, "amount", DecimalType(12, 2), required=False),
-    NestedField(4, "qty", IntegerType(), required=False),
-    NestedField(5, "price", DoubleType(), required=False),
-    NestedField(6, "ts", TimestamptzType(), required=False),
-    NestedField(7, "local_ts", TimestampType(), required=False),
-    NestedField(8, "day", DateType(), required=False),
-    NestedField(9, "flag", BooleanType(), required=False),
-    NestedField(10, "payload", BinaryType(), required=False),
-    NestedField(11, "addr", StructType(NestedField(13, "city", StringType(), required=False),
-                                       NestedField(14, "zip", IntegerType(), required=False)), required=False),
-    NestedField(12, "tags", ListType(15, StringType(), element_required=False), required=False),
-)
 BASE = dt.datetime(2026, 10, 30, 22, tzinfo=dt.timezone.utc)
 ROWS = 240
 
