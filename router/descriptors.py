@@ -115,12 +115,12 @@ class TableResult:
 
     def merge(self, other: "TableResult") -> None:
         if self.upsert is not None or other.upsert is not None:
-            self._merge_upsert(other)
-            return
-        self.data_files += other.data_files
-        self.rows += other.rows
+            self._keep_part(other)
+        else:
+            self.data_files += other.data_files
+            self.rows += other.rows
+            progress.widen(self.offsets, other.offsets)
         self.schema_ids |= other.schema_ids
-        progress.widen(self.offsets, other.offsets)
         self.changes += [c for c in other.changes if c not in self.changes]
         self.failure = self.failure or other.failure
         self.dead_letters += other.dead_letters
@@ -130,26 +130,18 @@ class TableResult:
         progress.widen(self.settled, other.settled)
         self.commits += other.commits
 
-    def _merge_upsert(self, other: "TableResult") -> None:
-        """Keep another task's upsert part apart (its own commit, after this one); merge the counts."""
-        if other.has_work:
-            part = TableResult(other.table, other.data_files, other.rows, set(other.schema_ids), dict(other.offsets),
-                               upsert=other.upsert)
-            if self.has_work or self.upsert is not None:
-                self.later.append(part)
-                self.later += other.later
-            else:
-                self.data_files, self.rows, self.offsets, self.upsert = part.data_files, part.rows, part.offsets, \
-                    part.upsert
-                self.later += other.later
-        self.schema_ids |= other.schema_ids
-        self.changes += [c for c in other.changes if c not in self.changes]
-        self.failure = self.failure or other.failure
-        self.dead_letters += other.dead_letters
-        self.discarded += other.discarded
-        self.broken = self.broken or other.broken
-        self.replayed += other.replayed
-        self.commits += other.commits
+    def _keep_part(self, other: "TableResult") -> None:
+        """Another task's upsert part stays apart: it commits after this one, in its own snapshot."""
+        self.later += other.later
+        if not other.has_work:
+            return
+        part = TableResult(other.table, other.data_files, other.rows, set(other.schema_ids), dict(other.offsets),
+                           upsert=other.upsert)
+        if self.has_work:
+            self.later.insert(len(self.later) - len(other.later), part)
+        else:
+            self.data_files, self.rows, self.offsets, self.upsert = part.data_files, part.rows, part.offsets, \
+                part.upsert
 
 
 def encode_descriptors(results: Iterable[TableResult], stats: dict) -> pa.RecordBatch:

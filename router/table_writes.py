@@ -26,23 +26,16 @@ __all__ = ["TableWrite", "APPEND", "table_key", "mode_conflict", "key_problems",
 
 @dataclass(frozen=True)
 class TableWrite:
-    """A route's write rule: mode, key columns (None: the Kafka record key's fields), CDC format, ordering."""
+    """A route's write rule (route keys mode, key, cdc, sequence_by; checked at load)."""
 
-    mode: str = "append"
-    key: tuple[str, ...] | None = None
-    cdc: str | None = None
-    sequence_by: str | None = None
+    mode: str = "append"  # append | upsert (the latest row per key)
+    key: tuple[str, ...] | None = None  # upsert key columns; None: the fields of the Kafka record key
+    cdc: str | None = None  # "debezium": values are change envelopes (op, before, after, source)
+    sequence_by: str | None = None  # column path ordering changes of one key across partitions/topics
 
     @property
     def upsert(self) -> bool:
         return self.mode == "upsert"
-
-    @classmethod
-    def of(cls, route) -> TableWrite:
-        """From a RouteConfig or CompiledRoute (None: plain append)."""
-        if route is None or getattr(route, "mode", "append") != "upsert":
-            return APPEND
-        return cls("upsert", route.key, route.cdc, route.sequence_by)
 
 
 APPEND = TableWrite()

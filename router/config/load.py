@@ -24,6 +24,7 @@ from router.config.model import (
 )
 from router.config.reader import Section, interpolate
 from router.exceptions import ConfigError
+from router.table_writes import APPEND, TableWrite
 from router.source.offsets import CATCH_UP_MODES
 
 PARTITION_TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
@@ -216,7 +217,7 @@ def _routes(items: list, tables: Any) -> tuple[RouteConfig, ...]:
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
-            **_upsert(s, default_mode, columns)))
+            write=_write(s, default_mode, columns)))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -225,7 +226,7 @@ def _routes(items: list, tables: Any) -> tuple[RouteConfig, ...]:
     return tuple(routes)
 
 
-def _upsert(s: Section, default_mode: str, columns: list | None) -> dict[str, Any]:
+def _write(s: Section, default_mode: str, columns: list | None) -> TableWrite:
     """mode / key / cdc / sequence_by of one route: an upsert route is checked whole at load."""
     cdc = s.get("cdc", None, str)
     if cdc is not None and cdc not in CDC_FORMATS:
@@ -241,7 +242,7 @@ def _upsert(s: Section, default_mode: str, columns: list | None) -> dict[str, An
         for name, value in (("key", key), ("sequence_by", sequence_by)):
             if value is not None:
                 raise ConfigError(f"{s.where}.{name}: only an upsert route has one (set mode: upsert)")
-        return {"mode": mode}
+        return APPEND
     if key is not None:
         if not key or not all(isinstance(k, str) and k for k in key):
             raise ConfigError(f"{s.where}.key: expected a column name or a list of them, got {key!r}")
@@ -251,7 +252,7 @@ def _upsert(s: Section, default_mode: str, columns: list | None) -> dict[str, An
             missing = [k for k in key if k.split(".")[0] not in columns]
             if missing:
                 raise ConfigError(f"{s.where}.columns: the projection drops key column {missing[0]!r}")
-    return {"mode": mode, "key": tuple(key) if key is not None else None, "cdc": cdc, "sequence_by": sequence_by}
+    return TableWrite(mode, tuple(key) if key is not None else None, cdc, sequence_by)
 
 
 def _same_mode_per_table(routes: list[RouteConfig]) -> None:
@@ -261,13 +262,13 @@ def _same_mode_per_table(routes: list[RouteConfig]) -> None:
         if "{" in route.table:
             continue  # a template: decided per table when it is rendered
         first = seen.setdefault(route.table, route)
-        if (first.mode, first.key) != (route.mode, route.key):
+        if (first.write.mode, first.write.key) != (route.write.mode, route.write.key):
             raise ConfigError(f"routes: {first.name!r} and {route.name!r} both feed {route.table} but write it "
                               f"differently ({_how(first)} against {_how(route)})")
 
 
 def _how(route: RouteConfig) -> str:
-    return f"mode {route.mode}" + (f" key {','.join(route.key)}" if route.key else "")
+    return f"mode {route.write.mode}" + (f" key {','.join(route.write.key)}" if route.write.key else "")
 
 
 def _dlq(data: Any) -> DlqConfig:

@@ -17,6 +17,7 @@ from pyiceberg.catalog import load_catalog
 from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from router.masking import mask_secrets, mask_url
+from router.table_writes import APPEND, TableWrite
 
 
 @dataclass(frozen=True)
@@ -125,14 +126,7 @@ class RouteConfig:
     columns: tuple[str, ...] | None = None
     evolution: PolicyOverrides | None = None  # the route's policy rule, parsed at load
     partition_by: tuple[str, ...] | None = None
-    mode: str = "append"  # append | upsert (the latest row per key; tables.mode when the route is silent)
-    key: tuple[str, ...] | None = None  # upsert key columns; None: the fields of the Kafka record key
-    cdc: str | None = None  # "debezium": values are change envelopes (op, before, after, source)
-    sequence_by: str | None = None  # column path ordering changes of one key across partitions/topics
-
-    @property
-    def upsert(self) -> bool:
-        return self.mode == "upsert"
+    write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from router.executor.fused_reader import write_handoff
 from router.routing import RoutingTable
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
-from router.table_writes import TableWrite, mode_conflict
+from router.table_writes import mode_conflict
 
 log = logging.getLogger("icerouter.job")
 
@@ -131,7 +131,7 @@ def check_table_modes(config: RouterConfig) -> None:
             table = load_table(config.catalog, name)
         except NoSuchTableError:
             continue
-        reason = mode_conflict(name, table.schema(), TableWrite.of(route))
+        reason = mode_conflict(name, table.schema(), route.write)
         if reason:
             raise ConfigError(f"route {route.name}: {reason}", table=name)
 

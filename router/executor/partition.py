@@ -151,10 +151,10 @@ class PartitionWriter:
         values = one_chunk(chunk.column("value"))
         tombstones = values.is_null()
         has_tombstones = pc.any(tombstones).as_py()
-        upserts = [r for r in routes if r.upsert]
+        upserts = [r for r in routes if r.write.upsert]
         self.topic_keys = (start, self.kafka_keys(chunk, topic) if upserts else None)
         if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
-            self.route_tombstones(topic, [r for r in upserts if not r.cdc], pc.filter(positions, tombstones), chunk)
+            self.route_tombstones(topic, [r for r in upserts if not r.write.cdc], pc.filter(positions, tombstones), chunk)
         elif has_tombstones and ctx.tombstones == "dlq":
             self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
         result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
@@ -226,18 +226,18 @@ class PartitionWriter:
         art, metadata = group.artifacts, self.ctx.tables.metadata_columns
         try:
             schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
-                                schema_type=art.schema_type, schema_str=art.schema_str, cdc=route.cdc)
+                                schema_type=art.schema_type, schema_str=art.schema_str, cdc=route.write.cdc)
         except ChangeStreamError as exc:
             self.dead_letter(rows, "not_envelope", str(exc), table=table_id, route=route.name,
                              schema_id=group.schema_id)
             return
-        if not route.cdc:  # a CDC route projects and adds metadata to the row images it extracts
+        if not route.write.cdc:  # a CDC route projects and adds metadata to the row images it extracts
             if route.columns is not None:
                 batch = batch.select(projected_names(art.iceberg_schema, route.columns))
             if metadata:
                 batch = with_kafka_metadata(batch, self.source, rows)
         start, keys = getattr(self, "topic_keys", (0, None))
-        keys = keys.take(pc.subtract(rows, start).to_numpy()) if route.upsert and keys is not None else None
+        keys = keys.take(pc.subtract(rows, start).to_numpy()) if route.write.upsert and keys is not None else None
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic, keys))
 
     def held_offsets(self, table_id: str) -> dict:
@@ -294,14 +294,14 @@ class PartitionWriter:
             result.dead_letters += len(item.rows)
             return None
         batch = item.batch
-        if d.drop_columns and not item.route.cdc:  # a CDC route's values are envelopes: the image drops them
+        if d.drop_columns and not item.route.write.cdc:  # a CDC route's values are envelopes: the image drops them
             batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
         return batch
 
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         ctx = self.ctx
         route = items[0].route
-        if route.upsert:
+        if route.write.upsert:
             write_upsert_table(self, table_id, items)
             return
         policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)

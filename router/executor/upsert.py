@@ -35,7 +35,7 @@ from router.exceptions import is_transient
 from router.executor.align import align_table
 from router.executor.evolve import evolve_table
 from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
-from router.table_writes import TableWrite, mode_conflict
+from router.table_writes import mode_conflict
 
 #: the task's router.executor.partition.PartitionWriter (its results, dead letters, source rows, timings)
 PartitionWriter = Any
@@ -46,8 +46,8 @@ log = logging.getLogger("icerouter.upsert")
 def key_columns(items: list[Pending]) -> tuple[str, ...] | None:
     """The route's key, else the fields of the records' Kafka key schema (None: neither is known)."""
     route = items[0].route
-    if route.key:
-        return route.key
+    if route.write.key:
+        return route.write.key
     for item in items:
         if item.keys is not None and item.keys.table.num_columns:
             names = tuple(item.keys.table.column_names)
@@ -97,13 +97,13 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
             incoming.setdefault(item.schema_id, item.iceberg_schema)
     t0 = time.perf_counter()
     decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
-                            TableWrite.of(route), key) if incoming else None
+                            route.write, key) if incoming else None
     t1 = time.perf_counter()
     writer.timings["evolve"] += t1 - t0
     table = decision.table if decision is not None else _existing(writer, table_id, items, key)
     if decision is not None:
         result.changes += decision.changes
-    spec = ChangeSpec(DEBEZIUM if route.cdc else UPSERT, key, route.sequence_by)
+    spec = ChangeSpec(DEBEZIUM if route.write.cdc else UPSERT, key, route.write.sequence_by)
     source = writer.source
     change_sets = []
     for item in items:
@@ -148,7 +148,7 @@ def _image(writer: PartitionWriter, final, route, drop_columns: tuple[str, ...])
     """A CDC route's row images get the route's projection, the policy's dropped values (discard_value)
     and the Kafka columns here (plain upsert values had them applied to the value before)."""
     image = final.image
-    if not route.cdc:
+    if not route.write.cdc:
         return image
     if drop_columns:
         image = image.select([c for c in image.column_names if c not in drop_columns])
@@ -171,7 +171,7 @@ def _existing(writer: PartitionWriter, table_id: str, items: list[Pending], key:
         table = load_table(writer.ctx.catalog, table_id)
     except NoSuchTableError:
         return None
-    conflict = mode_conflict(table_id, table.schema(), TableWrite.of(items[0].route), key)
+    conflict = mode_conflict(table_id, table.schema(), items[0].route.write, key)
     if conflict:
         raise ChangeStreamError(conflict, table=table_id)
     return table

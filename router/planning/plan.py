@@ -161,7 +161,7 @@ class Planner:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
                                 self.config.tables.auto_create)
         return Target(table, policy, route.columns if route else None, route.name if route else None, topic,
-                      TableWrite.of(route))
+                      route.write if route else APPEND)
 
     def targets_for_topic(self, topic: str) -> tuple[list[Target], list[tuple[str, str]]]:
         """Tables the topic's routes name (templates on the topic only) + routes that cannot be planned."""
@@ -246,7 +246,7 @@ def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file
     if schema_file:
         require_namespace(table or "")
         text = read_schema_file(schema_file)
-    registry = get_registry(config.registry) if subjects or any(r.upsert and not r.key for r in config.routes) \
+    registry = get_registry(config.registry) if subjects or any(r.write.upsert and not r.write.key for r in config.routes) \
         else None
     planner = Planner(config, registry)
     catalog = CatalogReader.open(config.catalog)

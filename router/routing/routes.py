@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from evolution.policy import PolicyOverrides
 from router.config import DlqConfig, RouteConfig, TablesConfig
 from router.exceptions import TableNameError
+from router.table_writes import APPEND, TableWrite
 
 TEMPLATE_PATTERN = re.compile(r"\{(topic|header\.[^{}]+|field\.[^{}]+)\}")
 DATA_VALUE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -44,14 +45,7 @@ class CompiledRoute:
     evolution: PolicyOverrides | None
     partition_by: tuple[str, ...] | None
     placeholders: tuple[str, ...] = field(default=())
-    mode: str = "append"  # append | upsert, see RouteConfig
-    key: tuple[str, ...] | None = None
-    cdc: str | None = None
-    sequence_by: str | None = None
-
-    @property
-    def upsert(self) -> bool:
-        return self.mode == "upsert"
+    write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
 
     @property
     def header_names(self) -> tuple[str, ...]:
@@ -81,7 +75,7 @@ def compile_route(route: RouteConfig) -> CompiledRoute:
         evolution=route.evolution,
         partition_by=route.partition_by,
         placeholders=tuple(m.group(1) for m in TEMPLATE_PATTERN.finditer(route.table)),
-        mode=route.mode, key=route.key, cdc=route.cdc, sequence_by=route.sequence_by,
+        write=route.write,
     )
 
 

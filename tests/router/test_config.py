@@ -162,13 +162,13 @@ def test_upsert_routes_parse_with_table_level_defaults():
         {"name": "keyed", "table": "raw.b", "key": ["id", "region"], "sequence_by": "ts_ms"},
         {"name": "cdc", "table": "raw.c", "cdc": "debezium", "key": "id"},
         {"name": "log", "table": "raw.d", "mode": "append"}]))
-    plain, keyed, cdc, log = config.routes
+    plain, keyed, cdc, log = (r.write for r in config.routes)
     assert (plain.mode, plain.key, plain.cdc) == ("upsert", None, None)  # key: the Kafka record key's fields
     assert (keyed.key, keyed.sequence_by) == (("id", "region"), "ts_ms")
     assert (cdc.mode, cdc.key, cdc.cdc) == ("upsert", ("id",), "debezium")
     assert log.mode == "append" and not log.upsert
-    assert parse_config(with_(routes=[{"table": "raw.x", "cdc": "debezium"}])).routes[0].upsert  # cdc implies upsert
-    assert parse_config(with_(routes=[{"table": "raw.x"}])).routes[0].mode == "append"
+    assert parse_config(with_(routes=[{"table": "raw.x", "cdc": "debezium"}])).routes[0].write.upsert  # cdc: upsert
+    assert parse_config(with_(routes=[{"table": "raw.x"}])).routes[0].write.mode == "append"
 
 
 @pytest.mark.parametrize("routes, tables, message", [

@@ -77,12 +77,16 @@ def manifests_hold_no_equality_deletes(handle) -> int:
     return count
 
 
-def test_a_debezium_stream_is_mirrored_with_position_deletes(catalog_config, registry_url, unique_name):
+@pytest.mark.parametrize("commit_in_tasks", [True, False], ids=["tasks-commit", "driver-commits"])
+def test_a_debezium_stream_is_mirrored_with_position_deletes(catalog_config, registry_url, unique_name,
+                                                             commit_in_tasks):
+    """Two partitions, two tasks: each task commits its part, or the driver commits both parts in turn."""
     ns = unique_name("u")
     topic, table = f"{ns}.customers", f"{ns}.customers"
     stream = Stream(registry_url, topic)
     dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
-        {"name": "customers", "topic": rf"{ns}\.customers", "table": table, "cdc": "debezium"}])
+        {"name": "customers", "topic": rf"{ns}\.customers", "table": table, "cdc": "debezium"}],
+        job={"commit_in_tasks": commit_in_tasks})
     script = cdc.ChangeScript(seed=11)
     steps = [
         lambda: list(script.snapshot(40)),                                            # r
@@ -93,6 +97,8 @@ def test_a_debezium_stream_is_mirrored_with_position_deletes(catalog_config, reg
     for batch_id, step in enumerate(steps):
         results, report = run_batch(dispatcher, stream.batches(step()), batch_id)
         assert not [o for o in report.outcomes if o.status == "failed"], report.outcomes
+        where = {o.where for o in report.outcomes if o.status == "committed"}
+        assert where == {"task" if commit_in_tasks else "driver"}, report.outcomes
         assert live_rows(catalog_config, table) == expected(script), f"after batch {batch_id}"
     handle = load_table(catalog_config, table, refresh=True)
     assert handle.schema().identifier_field_names() == {"id"}
