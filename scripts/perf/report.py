@@ -251,7 +251,7 @@ def render_upsert(r: dict) -> list[str]:
     t = r["tables_at_end"]["upsert"]
     lines.append(f"  upsert tables at the end: data files {t['data_files']['mean']} (max {t['data_files']['max']}), "
                  f"delete files {t['delete_files']['mean']} (max {t['delete_files']['max']}), deleted positions "
-                 f"{t['position_deletes']['mean']:,.0f}, live rows {t['records']['mean']:,.0f} per table (mean)")
+                 f"{t['position_deletes']['mean']:,.0f}, rows in data files {t['records']['mean']:,.0f} per table (mean)")
     lines.append(f"  peak RSS                        {_memory(r['memory_peak_mb'])}")
     return lines + _batches(r["phases"]["changes"]["upsert"]["per_batch"])
 

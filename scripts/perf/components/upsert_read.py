@@ -166,8 +166,10 @@ def build(catalog, rows: int, files: int, batches: int, batch_keys: int) -> tupl
 
 def state(table, snapshot_id: int) -> dict:
     summary = table.metadata.snapshot_by_id(snapshot_id).summary
-    keys = ("total-data-files", "total-delete-files", "total-records", "total-position-deletes", "total-files-size")
-    return {k.removeprefix("total-").replace("-", "_"): int(summary.get(k) or 0) for k in keys}
+    names = {"total-data-files": "data_files", "total-delete-files": "delete_files",
+             "total-records": "rows_in_data_files", "total-position-deletes": "position_deletes",
+             "total-files-size": "bytes"}
+    return {name: int(summary.get(k) or 0) for k, name in names.items()}
 
 
 def read_duckdb(metadata_file: str, io_properties) -> tuple[float, tuple]:
