@@ -274,10 +274,20 @@ def _cast(col: pa.Array, target: pa.DataType) -> pa.Array:
     arrays = []
     for field in target:
         child = _cast(children[field.name], field.type)
-        if not field.nullable and pc.any(pc.and_(present, child.is_null())).as_py():
-            raise pa.ArrowInvalid(f"field {field.name!r} of a present record is null")
+        if not field.nullable and child.null_count:
+            if pc.any(pc.and_(present, child.is_null())).as_py():
+                raise pa.ArrowInvalid(f"field {field.name!r} of a present record is null")
+            child = _zero_filled(child)
         arrays.append(child)
     return pa.StructArray.from_arrays(arrays, fields=list(target), mask=pc.invert(present))
+
+
+def _zero_filled(child: pa.Array) -> pa.Array:
+    """Nulls replaced by the type's zero value, as Arrow itself fills the required children of a null
+    struct (Parquet writers refuse nulls in a required column, even under a null parent)."""
+    zero = pa.array([None], pa.struct([pa.field("v", child.type, nullable=False)])).field(0)
+    index = np.where(child.is_null().to_numpy(zero_copy_only=False), len(child), np.arange(len(child)))
+    return pa.concat_arrays([child, zero]).take(pa.array(index))
 
 
 class ColumnarDecoder:

@@ -8,6 +8,7 @@ import json
 import fastavro
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from registry.artifacts import build_artifacts
 from registry.avro_columnar import SYNC, ColumnarDecoder, _varint, container_header, reader_schema
@@ -134,6 +135,8 @@ def test_named_references_are_read_columnar_as_the_per_record_decoder_reads_them
     assert batch.schema == art.arrow_schema
     assert batch.to_pylist() == expected.to_pylist()
     assert batch.to_pylist()[3]["after"] is None and batch.to_pylist()[4]["before"] is None
+    assert batch.column("before").field("id").null_count == 0   # required children of absent records: zeros
+    pq.write_table(pa.Table.from_batches([batch]), io.BytesIO())  # which a Parquet writer insists on
 
 
 def test_reader_schema_spells_out_references_and_leaves_recursion_alone():
