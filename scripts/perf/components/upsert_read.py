@@ -1,12 +1,13 @@
 """Read time of an upsert table after 100 change batches, against the same table compacted.
 
-    python scripts/bench_upsert_read.py [--rows 2000000] [--files 20] [--batches 100] [--batch-keys 10000]
-                                        [--runs 3] [--json benchmarks/upsert_read.json]
+    python scripts/bench_upsert_read.py [--rows 2000000] [--files 20] [--batches 100]
+                                        [--batch-keys 2000 10000] [--runs 3] [--json benchmarks/upsert_read.json]
 
 An upsert table (key `id`, identifier field, format v2, created as the job
 creates tables) is loaded with `--rows` rows in `--files` commits, then takes
 `--batches` change batches of `--batch-keys` keys each (70% updates of live
-keys, 20% new keys, 10% deletes of live keys) through the job's commit path:
+keys, 20% new keys, 10% deletes of live keys; one table per size given, the
+read cost grows with the rows the deletes leave dead) through the job's commit path:
 the images are written as the tasks write them (router/catalog/datafiles.py)
 and handed to router/catalog/commit.py `commit_table` in a `TableResult`
 carrying `UpsertWork`, which locates the replaced rows and commits position
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -43,7 +45,6 @@ from scripts.perf.report import emit
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = 20_261_126
-TABLE = "bench.customers"
 JOB = "bench-read"
 TARGET_RATIO = 2.0
 MIX = {"updates": 0.7, "inserts": 0.2, "deletes": 0.1}
@@ -112,19 +113,19 @@ def _summary(data: pa.Table) -> tuple[int, int, int, int]:
             int(pc.sum(data.column("qty").cast(pa.int64())).as_py() or 0))
 
 
-def _commit(catalog, arrow_schema, ids, touched, deletes: int, version: int, batch_id: int, offset: int):
+def _commit(catalog, name: str, arrow_schema, ids, touched, deletes: int, version: int, batch_id: int, offset: int):
     """One batch as the tasks hand it over: images written, then commit_table with the keys they replace."""
     from router.catalog import load_table
     from router.catalog.commit import commit_table
     from router.catalog.datafiles import write_data_files
     from router.descriptors import TableResult, UpsertWork
 
-    table = load_table(catalog, TABLE)
+    table = load_table(catalog, name)
     t0 = time.perf_counter()
     images = _rows(arrow_schema, ids, version)
     files = write_data_files(table, images) if images.num_rows else []
     t1 = time.perf_counter()
-    result = TableResult(TABLE, files, images.num_rows, offsets={"changes/0": [offset, offset + len(touched) - 1]},
+    result = TableResult(name, files, images.num_rows, offsets={"changes/0": [offset, offset + len(touched) - 1]},
                          upsert=UpsertWork(("id",), pa.table({"id": pa.array(touched, pa.int64())}), deletes))
     outcome = commit_table(catalog, result, JOB, batch_id)
     if outcome.status != "committed":
@@ -132,19 +133,19 @@ def _commit(catalog, arrow_schema, ids, touched, deletes: int, version: int, bat
     return outcome, t1 - t0
 
 
-def build(catalog, rows: int, files: int, batches: int, batch_keys: int) -> tuple[Truth, dict]:
+def build(catalog, name: str, rows: int, files: int, batches: int, batch_keys: int) -> tuple[Truth, dict]:
     """The table: `rows` in `files` snapshot commits, then `batches` change batches; timings."""
     from evolution.arrow import iceberg_to_arrow
     from router.catalog import create_table
 
-    table = create_table(catalog, TABLE, _schema())
+    table = create_table(catalog, name, _schema())
     arrow_schema = iceberg_to_arrow(table.schema())
     truth = Truth(rows)
     offset, batch_id, timings = 0, 0, {"load_s": 0.0, "batches": []}
     started = time.perf_counter()
     for i in range(files):  # Debezium's snapshot: `r` events of new keys (located in no file)
         ids = np.arange(i * rows // files, (i + 1) * rows // files, dtype=np.int64)
-        outcome, _ = _commit(catalog, arrow_schema, ids, ids, 0, 0, batch_id, offset)
+        outcome, _ = _commit(catalog, name, arrow_schema, ids, ids, 0, 0, batch_id, offset)
         if outcome.deleted_rows:
             raise SystemExit(f"snapshot commit {i} deleted {outcome.deleted_rows} rows")
         offset, batch_id = offset + len(ids), batch_id + 1
@@ -152,7 +153,7 @@ def build(catalog, rows: int, files: int, batches: int, batch_keys: int) -> tupl
     for b in range(1, batches + 1):
         updates, inserts, deletes = truth.batch(batch_keys, b)
         touched = np.concatenate([updates, inserts, deletes])
-        outcome, write_s = _commit(catalog, arrow_schema, np.concatenate([updates, inserts]), touched,
+        outcome, write_s = _commit(catalog, name, arrow_schema, np.concatenate([updates, inserts]), touched,
                                    len(deletes), b, batch_id, offset)
         if outcome.deleted_rows != len(updates) + len(deletes):
             raise SystemExit(f"batch {b}: {outcome.deleted_rows} rows deleted, {len(updates) + len(deletes)} replaced")
@@ -160,7 +161,7 @@ def build(catalog, rows: int, files: int, batches: int, batch_keys: int) -> tupl
                                    "commit_cpu_ms": round(outcome.cpu_seconds * 1000, 1)})
         offset, batch_id = offset + len(touched), batch_id + 1
         if b % 10 == 0:
-            print(f"batch {b}: commit {outcome.seconds * 1000:.0f} ms", file=sys.stderr)
+            print(f"{name} batch {b}: commit {outcome.seconds * 1000:.0f} ms", file=sys.stderr)
     return truth, timings
 
 
@@ -178,7 +179,7 @@ def read_duckdb(metadata_file: str, io_properties) -> tuple[float, tuple]:
     con = duckdb_connect(io_properties)
     try:
         started = time.perf_counter()
-        data = con.execute(f"SELECT * FROM iceberg_scan('{metadata_file}')").fetch_arrow_table()
+        data = con.execute(f"SELECT * FROM iceberg_scan('{metadata_file}')").to_arrow_table()
         seconds = time.perf_counter() - started
     finally:
         con.close()
@@ -191,25 +192,25 @@ def read_pyiceberg(table, snapshot_id: int) -> tuple[float, tuple]:
     return time.perf_counter() - started, _summary(data)
 
 
-def run(rows: int, files: int, batches: int, batch_keys: int, runs: int) -> dict:
+def run_size(catalog, rows: int, files: int, batches: int, batch_keys: int, runs: int) -> dict:
+    """One table: built, its last snapshot compacted, both read `runs` times by DuckDB and pyiceberg."""
     from router.catalog import load_table
     from router.cli.summary import metadata_path
     from router.config import MaintenanceConfig
     from router.maintenance import compact, plan_compaction
 
-    work = Path(tempfile.mkdtemp(prefix="bench_upsert_read_"))
-    catalog = bench_catalog(work, name="bench_upsert_read")
+    name = f"bench.customers_{batch_keys}"
     started = time.perf_counter()
-    truth, timings = build(catalog, rows, files, batches, batch_keys)
+    truth, timings = build(catalog, name, rows, files, batches, batch_keys)
     build_s = time.perf_counter() - started
-    table = load_table(catalog, TABLE, refresh=True)
+    table = load_table(catalog, name, refresh=True)
     before_id, before_file = table.metadata.current_snapshot_id, metadata_path(table)
     target = MaintenanceConfig().target_file_size_bytes
     t0 = time.perf_counter()
     groups = plan_compaction(table, target)
     compaction = compact(table, groups, target)
     compact_s = time.perf_counter() - t0
-    table = load_table(catalog, TABLE, refresh=True)
+    table = load_table(catalog, name, refresh=True)
     after_id, after_file = table.metadata.current_snapshot_id, metadata_path(table)
     if after_id == before_id:
         raise SystemExit("compaction planned nothing: no compacted table to compare with")
@@ -217,39 +218,59 @@ def run(rows: int, files: int, batches: int, batch_keys: int, runs: int) -> dict
     reads: dict[str, list[float]] = {k: [] for k in ("duckdb_batches", "duckdb_compacted",
                                                      "pyiceberg_batches", "pyiceberg_compacted")}
     for r in range(runs):  # alternating, so load on the machine hits both alike
-        for name, read in (("duckdb_batches", lambda: read_duckdb(before_file, table.io.properties)),
+        for kind, read in (("duckdb_batches", lambda: read_duckdb(before_file, table.io.properties)),
                            ("duckdb_compacted", lambda: read_duckdb(after_file, table.io.properties)),
                            ("pyiceberg_batches", lambda: read_pyiceberg(table, before_id)),
                            ("pyiceberg_compacted", lambda: read_pyiceberg(table, after_id))):
             seconds, found = read()
             if found != expected:
-                raise SystemExit(f"{name}: read (rows, distinct ids, sum id, sum qty) {found}, expected {expected}")
-            reads[name].append(round(seconds, 4))
-            print(f"run {r}: {name} {seconds:.3f} s", file=sys.stderr)
+                raise SystemExit(f"{name} {kind}: read (rows, distinct ids, sum id, sum qty) {found}, "
+                                 f"expected {expected}")
+            reads[kind].append(round(seconds, 4))
+            print(f"{name} run {r}: {kind} {seconds:.3f} s", file=sys.stderr)
     median = {k: round(statistics.median(v), 4) for k, v in reads.items()}
     duck_ratio = round(median["duckdb_batches"] / median["duckdb_compacted"], 2)
     commits = [b["commit_ms"] for b in timings["batches"]]
+    after = state(table, before_id)
     return {
-        "benchmark": "upsert_read", "rows": rows, "initial_files": files, "batches": batches,
-        "batch_keys": batch_keys, "mix": MIX, "python": platform.python_version(), "cpus": os.cpu_count(),
-        "versions": {m: __import__(m).__version__ for m in ("pyiceberg", "pyarrow", "duckdb")},
-        "build_seconds": round(build_s, 1), "load_seconds": timings["load_s"],
+        "batch_keys": batch_keys, "build_seconds": round(build_s, 1), "load_seconds": timings["load_s"],
         "batch_commit_ms": {"median": round(statistics.median(commits), 1), "max": max(commits),
                             "first10_median": round(statistics.median(commits[:10]), 1),
                             "last10_median": round(statistics.median(commits[-10:]), 1)},
         "batch_write_ms_median": round(statistics.median(b["write_ms"] for b in timings["batches"]), 1),
-        "after_batches": state(table, before_id),
+        "after_batches": after,
+        "dead_row_share": round(after["position_deletes"] / after["rows_in_data_files"], 3),
         "compaction": {"seconds": round(compact_s, 2), "groups": len(groups), "files_removed": compaction.files_removed,
                        "files_added": compaction.files_added, "rows_deleted": compaction.rows_deleted,
                        "delete_files_removed": len(compaction.removed_delete_files)},
         "compacted": state(table, after_id),
         "live_rows": expected[0],
         "read_seconds_median": median, "read_seconds_runs": reads,
-        "duckdb_ratio": duck_ratio, "duckdb_target_ratio": TARGET_RATIO,
-        "duckdb_within_target": duck_ratio <= TARGET_RATIO,
+        "duckdb_ratio": duck_ratio, "duckdb_within_target": duck_ratio <= TARGET_RATIO,
         "pyiceberg_ratio": round(median["pyiceberg_batches"] / median["pyiceberg_compacted"], 2),
         "check": {"every_read_matched_the_truth": True, "expected_rows_ids_sum_id_sum_qty": list(expected)},
+    }
+
+
+def run(rows: int, files: int, batches: int, sizes: list[int], runs: int) -> dict:
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    work = Path(tempfile.mkdtemp(prefix="bench_upsert_read_"))
+    started = time.perf_counter()
+    try:
+        catalog = bench_catalog(work, name="bench_upsert_read")
+        results = {str(size): run_size(catalog, rows, files, batches, size, runs) for size in sizes}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "benchmark": "upsert_read", "rows": rows, "initial_files": files, "batches": batches, "mix": MIX,
+        "python": platform.python_version(), "cpus": os.cpu_count(),
+        "versions": {m: __import__(m).__version__ for m in ("pyiceberg", "pyarrow", "duckdb")},
+        "duckdb_target_ratio": TARGET_RATIO,
+        "duckdb_ratio": {k: r["duckdb_ratio"] for k, r in results.items()},
+        "pyiceberg_ratio": {k: r["pyiceberg_ratio"] for k, r in results.items()},
+        "results": results,
         "seconds": round(time.perf_counter() - started, 1),
+        "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -258,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows loaded before the change batches")
     ap.add_argument("--files", type=int, default=20, help="commits (and files) the initial rows arrive in")
     ap.add_argument("--batches", type=int, default=100)
-    ap.add_argument("--batch-keys", type=int, default=10_000, help="keys changed per batch (70/20/10)")
+    ap.add_argument("--batch-keys", type=int, nargs="+", default=[2_000, 10_000],
+                    help="keys changed per batch (70/20/10); one table per size")
     ap.add_argument("--runs", type=int, default=3, help="reads of each snapshot by each reader")
     ap.add_argument("--json", dest="json_file", default=str(ROOT / "benchmarks" / "upsert_read.json"))
     args = ap.parse_args(argv)
