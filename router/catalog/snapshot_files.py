@@ -233,11 +233,22 @@ def deleted_positions(table, path: str, files: SnapshotFiles | None = None) -> n
     if not arrays:
         merged = np.empty(0, dtype=np.int64)
     else:
-        merged = arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+        merged = arrays[0] if len(arrays) == 1 else _union(arrays)
     merged.flags.writeable = False  # shared through the cache
     with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
         _merged[path] = (names, merged)
     return merged
+
+
+def _union(arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values of sorted arrays: a stable sort merges the runs (numpy 2.4's np.unique hashes
+    instead, 30x slower on 7,000 positions)."""
+    values = np.concatenate(arrays)
+    values.sort(kind="stable")
+    keep = np.empty(len(values), dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
 
 
 def deleted_counts(table, files: SnapshotFiles | None = None) -> dict[str, int]:
