@@ -20,7 +20,10 @@ A last record that stops short of its payload's end decodes exactly as
 fastavro (and confluent-kafka's deserializer) would: trailing bytes ignored.
 
 polars does not implement maps or multi-branch unions: those schemas never
-take this path (see ``columnar_supported``).
+take this path (see ``columnar_supported``). Nor does it resolve a reference to
+a named type defined earlier (Debezium's envelope: ``after`` names the ``Value``
+record ``before`` defines): the container's schema spells such a type out again
+under a name of its own (``reader_schema``; the bytes are the same).
 """
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from evolution.avro_visitor import AvroVisitor, visit_avro
+from evolution.avro_visitor import NAMED_KINDS, PRIMITIVE_NAMES, AvroVisitor, fullname, visit_avro
 from registry.avro_records import RecordDecoder, to_batch
 from registry.wire import buffers
 
@@ -122,6 +126,70 @@ def with_check_field(schema: dict) -> dict:
     return out
 
 
+class _Recursive(Exception):
+    pass
+
+
+def reader_schema(schema: Any) -> Any:
+    """The schema with every reference to a named type replaced by a copy of its definition, renamed
+    (polars 2.1 fails a block whose schema refers to a type by name: "avro-error: OutOfSpec").
+    Records, arrays and unions encode the same either way. A recursive schema is returned as it is."""
+    defined: dict[str, tuple[dict, str | None]] = {}  # full name -> (definition, enclosing namespace)
+    emitted: set[str] = set()
+    expanding: list[str] = []
+
+    def define(node: dict, ns: str | None) -> dict:
+        full = fullname(node["name"], node.get("namespace", ns))
+        inner_ns = full.rsplit(".", 1)[0] if "." in full else None
+        if full in expanding:
+            raise _Recursive(full)
+        defined.setdefault(full, (node, ns))
+        out = dict(node)
+        if full in emitted:  # spelled out again: a name of its own
+            out["name"] = f"{full.rsplit('.', 1)[-1]}_{len(emitted)}"
+            out.pop("namespace", None)
+            if inner_ns:
+                out["namespace"] = inner_ns
+            out.pop("aliases", None)
+        emitted.add(fullname(out["name"], out.get("namespace", ns)))
+        if node["type"] in ("record", "error"):
+            expanding.append(full)
+            out["fields"] = [{**f, "type": walk(f["type"], inner_ns)} for f in node.get("fields", [])]
+            expanding.pop()
+        return out
+
+    def walk(node: Any, ns: str | None) -> Any:
+        if isinstance(node, list):
+            return [walk(branch, ns) for branch in node]
+        if isinstance(node, str):
+            if node in PRIMITIVE_NAMES:
+                return node
+            full = fullname(node, ns)
+            full = full if full in defined or node not in defined else node
+            if full not in defined:
+                return node  # unknown: left for the reader to refuse
+            if full in expanding:
+                raise _Recursive(full)
+            return define(*defined[full])
+        if not isinstance(node, dict):
+            return node
+        kind = node.get("type")
+        if kind in NAMED_KINDS and isinstance(node.get("name"), str):
+            return define(node, ns)
+        if isinstance(kind, (dict, list)):
+            return {**node, "type": walk(kind, ns)}
+        if kind == "array" and "items" in node:
+            return {**node, "items": walk(node["items"], ns)}
+        if kind == "map" and "values" in node:
+            return {**node, "values": walk(node["values"], ns)}
+        return node
+
+    try:
+        return walk(schema, None)
+    except _Recursive:
+        return schema
+
+
 def columnar_supported(schema: Any) -> bool:
     """True when polars reads this writer schema correctly (record root, no maps,
     no multi-branch unions)."""
@@ -187,8 +255,39 @@ def cast_table(table: pa.Table, arrow_schema: pa.Schema) -> pa.RecordBatch:
     for f in arrow_schema:
         col = table.column(f.name)
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        arrays.append(col.cast(f.type) if col.type != f.type else col)
+        arrays.append(_cast(col, f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _cast(col: pa.Array, target: pa.DataType) -> pa.Array:
+    """`col` as `target`. Arrow refuses a struct whose null rows hold nulls in a required child (as polars
+    writes an optional record that is absent): such a struct is rebuilt from its children cast alone."""
+    if col.type == target:
+        return col
+    try:
+        return col.cast(target)
+    except pa.ArrowInvalid:
+        if not (pa.types.is_struct(col.type) and pa.types.is_struct(target)) or not col.null_count:
+            raise
+    present = col.is_valid()
+    children = dict(zip((f.name for f in col.type), col.flatten()))
+    arrays = []
+    for field in target:
+        child = _cast(children[field.name], field.type)
+        if not field.nullable and child.null_count:
+            if pc.any(pc.and_(present, child.is_null())).as_py():
+                raise pa.ArrowInvalid(f"field {field.name!r} of a present record is null")
+            child = _zero_filled(child)
+        arrays.append(child)
+    return pa.StructArray.from_arrays(arrays, fields=list(target), mask=pc.invert(present))
+
+
+def _zero_filled(child: pa.Array) -> pa.Array:
+    """Nulls replaced by the type's zero value, as Arrow itself fills the required children of a null
+    struct (Parquet writers refuse nulls in a required column, even under a null parent)."""
+    zero = pa.array([None], pa.struct([pa.field("v", child.type, nullable=False)])).field(0)
+    index = np.where(child.is_null().to_numpy(zero_copy_only=False), len(child), np.arange(len(child)))
+    return pa.concat_arrays([child, zero]).take(pa.array(index))
 
 
 class ColumnarDecoder:
@@ -196,7 +295,7 @@ class ColumnarDecoder:
 
     def __init__(self, schema: dict, arrow_schema: pa.Schema, fallback: RecordDecoder,
                  chunk_rows: int = 65536) -> None:
-        self.header = container_header(json.dumps(with_check_field(schema)))
+        self.header = container_header(json.dumps(with_check_field(reader_schema(schema))))
         self.arrow_schema = arrow_schema
         self.fallback = fallback
         self.chunk_rows = min(chunk_rows, MAX_CHUNK)

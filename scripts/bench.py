@@ -1,6 +1,6 @@
 """icerouter at scale: the live job's modes (scripts/perf/live/).
 
-    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling] ... (--help)
+    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling|upsert] ... (--help)
 """
 
 import sys

@@ -49,6 +49,11 @@ _lock = threading.Lock()
 _snapshots: LRUCache = LRUCache(maxsize=SNAPSHOT_CACHE_FILES, getsizeof=lambda v: 1 + len(v.data) + len(v.deletes))
 _positions: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES,
                                 getsizeof=lambda v: 64 + sum(len(p) + a.nbytes for p, a in v.items()))
+#: Per live data file, the delete files merged last and the sorted union of what they delete: a file's
+#: deletes only accumulate, so the next snapshot merges only the delete files added since. Merging every
+#: delete file again cost a commit 1.3 ms per data file at 100 delete files (~160 ms at 123 files).
+_merged: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES // 4,
+                             getsizeof=lambda v: 64 + 100 * len(v[0]) + v[1].nbytes)
 
 
 @dataclass(frozen=True)
@@ -214,11 +219,36 @@ def _dictionary(paths: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
 def deleted_positions(table, path: str, files: SnapshotFiles | None = None) -> np.ndarray:
     """Sorted positions of the live data file at `path` that the snapshot's position deletes remove."""
     files = files or snapshot_files(table)
-    arrays = [read_position_deletes(table.io, d).get(path) for d in files.delete_files_for(path)]
-    arrays = [a for a in arrays if a is not None and len(a)]
-    if not arrays:
+    deletes = files.delete_files_for(path)
+    if not deletes:
         return np.empty(0, dtype=np.int64)
-    return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+    names = frozenset(d.file_path for d in deletes)
+    with _lock:
+        found = _merged.get(path)
+    if found is not None and found[0] == names:
+        return found[1]
+    done, merged = found if found is not None and found[0] <= names else (frozenset(), None)
+    arrays = [read_position_deletes(table.io, d).get(path) for d in deletes if d.file_path not in done]
+    arrays = [a for a in arrays + [merged] if a is not None and len(a)]
+    if not arrays:
+        merged = np.empty(0, dtype=np.int64)
+    else:
+        merged = arrays[0] if len(arrays) == 1 else _union(arrays)
+    merged.flags.writeable = False  # shared through the cache
+    with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
+        _merged[path] = (names, merged)
+    return merged
+
+
+def _union(arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values of sorted arrays: a stable sort merges the runs (numpy 2.4's np.unique hashes
+    instead, 30x slower on 7,000 positions)."""
+    values = np.concatenate(arrays)
+    values.sort(kind="stable")
+    keep = np.empty(len(values), dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
 
 
 def deleted_counts(table, files: SnapshotFiles | None = None) -> dict[str, int]:
@@ -275,6 +305,7 @@ def clear_caches() -> None:
     with _lock:
         _snapshots.clear()
         _positions.clear()
+        _merged.clear()
 
 
 def _name(table) -> str:

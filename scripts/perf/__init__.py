@@ -8,7 +8,7 @@ files and printed tables), pyspy.py (optional py-spy profile), baseline.py (the 
 pipeline the throughput mode compares with).
 
 live/cli.py is scripts/bench.py: throughput and scale (throughput.py), freshness, soak and
-commit-scaling (scaling.py), one `run_*(args, stack, root) -> dict` each. Every module of
+commit-scaling (scaling.py), upsert (upsert.py), one `run_*(args, stack, root) -> dict` each. Every module of
 components/ is one scripts/bench_<name>.py with its own `main(argv)`. Modes import the core,
 never each other's entry points; the core imports no mode.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 TARGETS = {
     "records_per_s": 100_000, "vs_baseline": 10.0, "ceiling_share": 0.40, "fresh_p95_s": 15.0,
-    "commit_500_s": 5.0, "commit_drift": 1.5,
+    "commit_500_s": 5.0, "commit_drift": 1.5, "change_events_per_s": 50_000,
 }
 
 BATCH_COLUMNS = (("batch", "{:>5}"), ("records", "{:>9,}"), ("tables", "{:>6}"), ("source_s", "{:>8.2f}"),
@@ -227,6 +227,35 @@ def render_scaling(r: dict) -> list[str]:
     return lines
 
 
+def render_upsert(r: dict) -> list[str]:
+    lines = [f"upsert: {r['topics']} Debezium topics x {r['partitions']} partitions -> {r['topics']} CDC tables, "
+             f"{r['snapshot_rows_per_topic']:,} snapshot rows then {r['changes_per_topic']:,} changes per topic "
+             f"(70/20/10 updates/inserts/deletes), batches of {r['batch_records']:,} records ({r['catch_up']}), "
+             f"commits in the {r['commit_in']}; load average before {r['load_before']} after {r['load_after']}"]
+    for phase, p in r["phases"].items():
+        made = p["produced"]
+        lines.append(f"  {phase}: {made['events']:,} events + {made['tombstones']:,} tombstones")
+        for name in ("append", "upsert"):
+            j = p[name]
+            work = j["commit_work_s"]
+            lines.append(f"    {name:<7} {j['events_per_s']:>9,} events/s  {j['batches']} batches in {j['seconds']:.1f} s, "
+                         f"{j['rows_written']:,} rows written; commit work {work['total']:.2f} s "
+                         f"({work['per_batch_mean']:.2f} s a batch, max {work['per_batch_max']:.2f}; "
+                         f"{j['share_of_time_committing']:.0%} of the time), per-table commit p50 "
+                         f"{j['table_commit_s'].get('p50', 0) * 1000:.0f} ms")
+        lines.append(f"    upsert/append {p['upsert_vs_append']:.2f}; checked: {p['check']['upsert']['rows']:,} upsert "
+                     f"rows match their scripts, {p['check']['append']['rows']:,} append rows")
+    ok = r["change_events_per_s"] >= TARGETS["change_events_per_s"]
+    lines.append(f"  change events/s (changes phase)  {r['change_events_per_s']:>9,}  target >= "
+                 f"{TARGETS['change_events_per_s']:,}: {_verdict(ok)}; upsert/append {r['upsert_vs_append']:.2f}")
+    t = r["tables_at_end"]["upsert"]
+    lines.append(f"  upsert tables at the end: data files {t['data_files']['mean']} (max {t['data_files']['max']}), "
+                 f"delete files {t['delete_files']['mean']} (max {t['delete_files']['max']}), deleted positions "
+                 f"{t['position_deletes']['mean']:,.0f}, rows in data files {t['records']['mean']:,.0f} per table (mean)")
+    lines.append(f"  peak RSS                        {_memory(r['memory_peak_mb'])}")
+    return lines + _batches(r["phases"]["changes"]["upsert"]["per_batch"])
+
+
 def _runs(ceiling: dict) -> str:
     runs = ceiling.get("runs_records_per_s")
     return f", median of {', '.join(f'{n:,}' for n in runs)}" if runs and len(runs) > 1 else ""
@@ -240,6 +269,8 @@ def render(result: dict) -> str:
         lines = render_soak(result)
     elif mode == "commit-scaling":
         lines = render_scaling(result)
+    elif mode == "upsert":
+        lines = render_upsert(result)
     else:
         lines = render_throughput(result)
     return "\n".join(["", *lines])

@@ -8,9 +8,10 @@ import json
 import fastavro
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from registry.artifacts import build_artifacts
-from registry.avro_columnar import SYNC, ColumnarDecoder, _varint, container_header
+from registry.avro_columnar import SYNC, ColumnarDecoder, _varint, container_header, reader_schema
 
 SCHEMA = {"type": "record", "name": "Longs", "fields": [
     {"name": "a", "type": "long"}, {"name": "b", "type": "long"}]}
@@ -97,3 +98,56 @@ def test_decimal_beyond_iceberg_precision_stays_bytes():
     row = batch.to_pylist()[0]
     assert int.from_bytes(row["b"], "big", signed=True) == -125
     assert row["f"] == (10 ** 40).to_bytes(24, "big", signed=True)
+
+
+ENVELOPE = {"type": "record", "name": "Envelope", "namespace": "db.public.customers", "fields": [
+    {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 2}},
+        {"name": "email", "type": ["null", "string"], "default": None}]}], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},       # a reference, as Debezium writes it
+    {"name": "history", "type": {"type": "array", "items": "db.public.customers.Value"}},
+    {"name": "tier", "type": {"type": "enum", "name": "Tier", "symbols": ["free", "pro"]}},
+    {"name": "plan", "type": "Tier"},
+    {"name": "op", "type": "string"}]}
+
+
+def test_named_references_are_read_columnar_as_the_per_record_decoder_reads_them():
+    """polars fails a block whose schema names a type defined earlier: the reader schema spells it out."""
+    def value(i):
+        return {"id": i, "code": b"%02d" % (i % 100), "email": None if i % 3 else f"c{i}@x"}
+
+    records = [{"before": None if i % 4 == 0 else value(i), "after": None if i % 4 == 3 else value(-i),
+                "history": [value(i + k) for k in range(i % 3)], "tier": "free", "plan": "pro" if i % 2 else "free",
+                "op": "curd"[i % 4]}
+               for i in range(2_000)]
+    framed = []
+    for rec in records:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(json.loads(json.dumps(ENVELOPE))), rec)
+        framed.append(b"\x00\x00\x00\x00\x01" + buf.getvalue())
+    art = build_artifacts(1, "AVRO", json.dumps(ENVELOPE))
+    assert art.columnar
+    batch, positions, bad = art.decoder.decode(pa.array(framed, type=pa.binary()), 5)
+    assert bad == [] and positions.tolist() == list(range(2_000))
+    assert art.decoder.stats["reader_errors"] == 0 and art.decoder.stats["per_record_rows"] == 0
+    expected, _, _ = art.decoder.fallback.decode(pa.array(framed, type=pa.binary()), 5)
+    assert batch.schema == art.arrow_schema
+    assert batch.to_pylist() == expected.to_pylist()
+    assert batch.to_pylist()[3]["after"] is None and batch.to_pylist()[4]["before"] is None
+    assert batch.column("before").field("id").null_count == 0   # required children of absent records: zeros
+    pq.write_table(pa.Table.from_batches([batch]), io.BytesIO())  # which a Parquet writer insists on
+
+
+def test_reader_schema_spells_out_references_and_leaves_recursion_alone():
+    spelled = reader_schema(ENVELOPE)
+    text = json.dumps(spelled)
+    assert '"Value"' in text and '"type": ["null", "Value"]' not in json.dumps(spelled["fields"][1])
+    after = spelled["fields"][1]["type"][1]
+    assert after["type"] == "record" and after["name"] != "Value" and after["namespace"] == "db.public.customers"
+    assert spelled["fields"][2]["type"]["items"]["type"] == "record"
+    assert spelled["fields"][4]["type"]["type"] == "enum" and spelled["fields"][4]["type"]["name"] != "Tier"
+    fastavro.parse_schema(json.loads(text))       # a valid schema: no name defined twice
+    tree = {"type": "record", "name": "Node", "fields": [
+        {"name": "children", "type": {"type": "array", "items": "Node"}}]}
+    assert reader_schema(tree) == tree

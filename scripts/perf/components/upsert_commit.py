@@ -113,6 +113,8 @@ def _forget(table) -> None:
             del files._snapshots[key]
         for key in [k for k in files._positions if k.startswith(location)]:
             del files._positions[key]
+        for key in [k for k in files._merged if k.startswith(location)]:
+            del files._merged[key]
     with locate._lock:
         for key in [k for k in locate._file_key_cache if k[0].startswith(location)]:
             del locate._file_key_cache[key]

@@ -1,6 +1,6 @@
 """icerouter at scale: hundreds of topics into Iceberg, against a hand-written baseline and the raw ceiling.
 
-    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling] [--topics N]
+    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling|upsert] [--topics N]
                             [--records M] [--commit-in tasks|driver] [--json FILE] [--workdir DIR] ...
 
 throughput (default): N topics (200) x 3 partitions, M Avro records (2,000,000, ~490 B, 12
@@ -15,6 +15,10 @@ soak: the live job, --soak-tables topics (20) at --rate 2,000 records/s, 1 s tri
     --batches (500): commit latency of the last 10 batches vs the first 10 (soak.py).
 commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core standalone
     cluster, commits in tasks and on the driver: tables per second (scaling.py).
+upsert: N Debezium topics (20) x 3 partitions, a backlog of --cdc-rows snapshot events per topic
+    (20,000), then one of --cdc-changes changes per topic (20,000: 70% updates, 20% inserts, 10%
+    deletes), each drained with availableNow by a job routing them as CDC tables and, as the
+    baseline, by a job appending them; change events/s, the ratio, every table checked (upsert.py).
 --commit-in sets job.commit_in_tasks (tasks: in the Spark tasks, driver: on the driver).
 
 A local broker (noida-db), the registry emulator and a SQLite catalog are started in
@@ -31,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.perf.live import freshness, scaling, soak, throughput
+from scripts.perf.live import freshness, scaling, soak, throughput, upsert
 from scripts.perf.report import render, write_json
 from scripts.perf.services import Stack
 
@@ -41,11 +45,13 @@ MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turn
                  "scale": {"topics": 500, "fan_in": False, "catch_up": "even"},
                  "freshness": {"topics": 200, "fan_in": True, "catch_up": "turns"},
                  "soak": {"topics": 0, "fan_in": False, "catch_up": "turns"},
-                 "commit-scaling": {"topics": 200, "fan_in": False, "catch_up": "turns"}}
+                 "commit-scaling": {"topics": 200, "fan_in": False, "catch_up": "turns"},
+                 # every table in every batch, so later batches replace rows of files committed before
+                 "upsert": {"topics": 20, "fan_in": False, "catch_up": "even", "batch_records": 100_000}}
 # mode -> run(args, stack, root) -> the result dict (written as JSON)
 RUNNERS = {"throughput": throughput.run_throughput, "scale": throughput.run_throughput,
            "freshness": freshness.run_freshness, "soak": soak.run_soak,
-           "commit-scaling": scaling.run_commit_scaling}
+           "commit-scaling": scaling.run_commit_scaling, "upsert": upsert.run_upsert}
 
 
 def parse_args(argv):
@@ -54,7 +60,7 @@ def parse_args(argv):
     ap.add_argument("--topics", type=int, help="default 200 (500 in scale mode)")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--records", type=int, default=2_000_000)
-    ap.add_argument("--batch-records", type=int, default=500_000, help="kafka.max_records_per_batch")
+    ap.add_argument("--batch-records", type=int, help="kafka.max_records_per_batch (default 500,000; upsert: 100,000)")
     ap.add_argument("--no-fan-in", action="store_true", help="no fan-in table (scale mode never has one)")
     ap.add_argument("--catch-up", choices=("turns", "even"),
                     help="kafka.catch_up: how a backlog beyond --batch-records is shared (default: turns; scale: even)")
@@ -71,6 +77,8 @@ def parse_args(argv):
     ap.add_argument("--nice-load", type=int, default=0,
                     help="soak: run the broker and the producer at this nice value (a diagnostic: in production "
                          "they are machines of their own; the default 0 is the measurement)")
+    ap.add_argument("--cdc-rows", type=int, default=20_000, help="upsert: snapshot rows per topic")
+    ap.add_argument("--cdc-changes", type=int, default=20_000, help="upsert: changes per topic after the snapshot")
     ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
                     help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
     ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")
@@ -88,6 +96,7 @@ def parse_args(argv):
     args.topics = args.topics or defaults["topics"]
     args.fan_in = defaults["fan_in"] and not args.no_fan_in
     args.catch_up = args.catch_up or defaults["catch_up"]
+    args.batch_records = args.batch_records or defaults.get("batch_records", 500_000)
     args.trigger = args.trigger or (1.0 if args.mode == "soak" else 10.0)
     args.rate = args.rate or (2000.0 if args.mode == "soak" else 5000.0)
     return args

@@ -22,7 +22,7 @@ from router.catalog.deletes import write_position_deletes
 from router.catalog.locate import locate_keys
 from router.catalog.row_delta import RowDelta
 from router.catalog.snapshot_files import (
-    FILE_PATH_ID, POS_ID, clear_caches, live_delete_files, read_live_rows, snapshot_files,
+    FILE_PATH_ID, POS_ID, clear_caches, deleted_positions, live_delete_files, read_live_rows, snapshot_files,
 )
 from router.catalog.sql import StagedTransaction
 from router.exceptions import RowLevelError
@@ -282,3 +282,25 @@ def test_locate_keys_in_files_written_before_the_key_was_widened(catalog, unique
 
     assert sorted(found.column("id").to_pylist()) == [5, 5, 2**40]  # in the int file and in the long one
     assert found.schema.field("id").type == pa.int64()
+
+
+def test_deleted_positions_merge_new_delete_files_onto_the_last_answer(catalog, unique_name):
+    """Each snapshot adds a delete file naming rows of the same data file: the merged answer of one
+    snapshot goes on from the previous one's, and an older snapshot still gets only its own deletes."""
+    table = make_table(catalog, unique_name("merge"))
+    append(table, rows_for(range(50), "v0"))
+    path = next(iter(snapshot_files(table.refresh()).data))
+    clear_caches()
+    answers = {}
+    for version, ids in enumerate(([3, 9], [9, 20], [41], [0, 49]), start=1):  # 9 twice: its new image's row
+        upsert(table, rows_for([i for i in ids if i != 41], f"v{version}"), deleted_ids=[41] if 41 in ids else [])
+        files = snapshot_files(table.refresh())
+        got = deleted_positions(table, path, files)
+        named = set()
+        for d in files.delete_files_for(path):
+            named |= {r["pos"] for r in pq.read_table(local(d.file_path)).to_pylist() if r["file_path"] == path}
+        assert got.tolist() == sorted(named)
+        answers[table.metadata.current_snapshot_id] = got.tolist()
+    assert answers[table.metadata.current_snapshot_id] == [0, 3, 9, 20, 41, 49]
+    for snapshot_id, want in [*answers.items()][:2] + [*answers.items()][-1:]:  # back in time, then forward
+        assert deleted_positions(table, path, snapshot_files(table, snapshot_id)).tolist() == want
