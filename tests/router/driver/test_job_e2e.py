@@ -115,26 +115,6 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
     _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
 
 
-def test_job_on_a_standalone_cluster_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, object_store,
-                                                             spark_cluster, unique_name):
-    """The same scenario submitted to a master and two workers, tables in S3 behind the REST catalog:
-    source tasks, decoding and Parquet writes run in executor JVMs' Python workers, which share no
-    process, cache or local file with the driver."""
-    before = {app["id"] for app in spark_cluster.applications()}
-    settings = {**spark_cluster.spark_settings(), "spark.driver.memory": "1g"}
-    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, object_store.rest_catalog_properties(),
-                           unique_name("c"), settings)
-    apps = [app for app in spark_cluster.applications() if app["id"] not in before]
-    assert len(apps) == 3 and all(app["name"] == "icerouter" for app in apps)  # the three runs
-    # executors ran on both workers, and every run had some (a worker's work dir holds one folder per
-    # application it ran executors for; a worker still busy with the killed run may miss the next one)
-    ran = {w: set(os.listdir(os.path.join(spark_cluster.workdir, "work", str(w))))
-           for w in range(spark_cluster.workers)}
-    ids = {app["id"] for app in apps}
-    assert all(ran[w] & ids for w in ran), f"a worker ran no executor: {ran}"
-    assert ids <= set().union(*ran.values()), f"a run had no executor: {ids} vs {ran}"
-
-
 def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None):
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
