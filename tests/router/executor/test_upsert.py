@@ -13,10 +13,21 @@ import router.cli.demo_cdc as cdc
 import router.cli.demo_data as data
 from router.catalog import load_table
 from router.source.schema import kafka_arrow_schema
-from tests.duckdb_reader import connect
-from tests.router.executor.test_partition import catalog_config, make_dispatcher, run_batch  # noqa: F401
+from router.config import CatalogConfig
+from tests.duckdb_reader import read_iceberg
+from tests.router.executor.test_partition import make_dispatcher, run_batch
 
 COLUMNS = ("id", "name", "email", "tier", "region")
+
+
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
+def catalog_config(request, tmp_path, unique_name):
+    """The catalog grid: SQLite and PostgreSQL on a local warehouse, REST with the tables in S3."""
+    if request.param == "rest":
+        return CatalogConfig(unique_name("c"), request.getfixturevalue("object_store").rest_catalog_properties())
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}" if request.param == "sqlite" else \
+        request.getfixturevalue("postgres_uri")
+    return CatalogConfig(unique_name("c"), {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()})
 
 
 def kafka_batch(records: list[tuple]) -> pa.RecordBatch:
@@ -51,8 +62,7 @@ class Stream:
 def live_rows(catalog_config, table: str) -> dict[int, tuple]:
     """The table as DuckDB reads it, checked against pyiceberg's scan."""
     handle = load_table(catalog_config, table, refresh=True)
-    location = handle.metadata_location.removeprefix("file://")
-    duck = connect().execute(f"SELECT {', '.join(COLUMNS)} FROM iceberg_scan('{location}') ORDER BY id").fetchall()
+    duck = [tuple(r[c] for c in COLUMNS) for r in read_iceberg(handle, order_by="id").to_pylist()]
     scanned = handle.scan(selected_fields=COLUMNS).to_arrow().sort_by("id")
     assert [tuple(r[c] for c in COLUMNS) for r in scanned.to_pylist()] == duck, "DuckDB and pyiceberg disagree"
     assert len({r[0] for r in duck}) == len(duck), "a key holds more than one live row"
@@ -149,9 +159,8 @@ def test_upsert_by_kafka_key_with_tombstones_and_bad_records(catalog_config, reg
     results, report = run_batch(dispatcher, [kafka_batch(records), kafka_batch(cdc_records)], 1)
     del rows[4]
     assert live_rows(catalog_config, table) == {k: tuple(v[c] for c in COLUMNS) for k, v in rows.items()}
-    letters = connect().execute(
-        "SELECT \"offset\", error_class, reason FROM iceberg_scan('"
-        + load_table(catalog_config, f"{ns}.dead_letters", refresh=True).metadata_location.removeprefix("file://")
-        + "') ORDER BY error_class").fetchall()
+    letters = [(r["offset"], r["error_class"], r["reason"]) for r in
+               read_iceberg(load_table(catalog_config, f"{ns}.dead_letters", refresh=True),
+                            order_by="error_class").to_pylist()]
     assert [(o, c) for o, c, _ in letters] == [(7, "null_key"), (0, "unknown_op")], letters
     assert "'x'" in letters[1][2]
