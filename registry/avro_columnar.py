@@ -126,10 +126,6 @@ def with_check_field(schema: dict) -> dict:
     return out
 
 
-class _Recursive(Exception):
-    pass
-
-
 def reader_schema(schema: Any) -> Any:
     """The schema with every reference to a named type replaced by a copy of its definition, renamed
     (polars 2.1 fails a block whose schema refers to a type by name: "avro-error: OutOfSpec").
@@ -142,7 +138,7 @@ def reader_schema(schema: Any) -> Any:
         full = fullname(node["name"], node.get("namespace", ns))
         inner_ns = full.rsplit(".", 1)[0] if "." in full else None
         if full in expanding:
-            raise _Recursive(full)
+            raise RecursionError(full)  # a recursive schema: kept as it is
         defined.setdefault(full, (node, ns))
         out = dict(node)
         if full in emitted:  # spelled out again: a name of its own
@@ -169,7 +165,7 @@ def reader_schema(schema: Any) -> Any:
             if full not in defined:
                 return node  # unknown: left for the reader to refuse
             if full in expanding:
-                raise _Recursive(full)
+                raise RecursionError(full)  # a recursive schema: kept as it is
             return define(*defined[full])
         if not isinstance(node, dict):
             return node
@@ -186,7 +182,7 @@ def reader_schema(schema: Any) -> Any:
 
     try:
         return walk(schema, None)
-    except _Recursive:
+    except RecursionError:
         return schema
 
 
