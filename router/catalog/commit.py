@@ -67,6 +67,7 @@ class CommitOutcome:
     committed_at: float = 0.0  # wall clock (time.time()) when the table's commit became visible
     where: str = "driver"  # driver | task
     deleted_rows: int = 0  # upsert tables: rows this commit deleted (replaced or removed keys)
+    delete_files: int = 0  # upsert tables: position-delete files this commit added
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
 
@@ -155,6 +156,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.deleted_rows = sum(f.record_count for f in deletes)
+            outcome.delete_files = len(deletes)
             outcome.snapshot_id = table.metadata.current_snapshot_id
             outcome.expired = len(expire)
             outcome.committed_at = time.time()
@@ -210,6 +212,7 @@ def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retri
         total.process_cpu_seconds += outcome.process_cpu_seconds
         total.expired += outcome.expired
         total.deleted_rows += outcome.deleted_rows
+        total.delete_files += outcome.delete_files
         if outcome.status == "failed":
             total.status, total.error, total.transient = "failed", outcome.error, outcome.transient
             break

@@ -155,9 +155,9 @@ class Dispatcher:
         for outcome in report.committed:
             self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows
         self.last_outcomes = report.outcomes
-        added: dict[str, int] = {}
+        added: dict[str, int] = {}  # every file a reader now opens: data files and position-delete files
         for o in report.committed:
-            added[o.table] = added.get(o.table, 0) + o.files
+            added[o.table] = added.get(o.table, 0) + o.files + o.delete_files
         self.compactor.submit(added)
         broken = {o.table: o.error for o in report.failed}
         broken.update({r.table: r.failure for r in results.values() if r.broken and r.table not in broken})

@@ -35,7 +35,7 @@ class BackgroundMaintenance:
         self.totals = {"runs": 0, "failed": 0, "files_removed": 0, "files_added": 0, "replaced_deleted": 0}
 
     def submit(self, files_added: dict[str, int]) -> None:
-        """`files_added`: data files this batch committed, per table."""
+        """`files_added`: files this batch committed, per table (data and position-delete files: a reader opens both)."""
         if not self.enabled or not files_added:
             return
         for name, files in files_added.items():

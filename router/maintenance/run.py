@@ -172,7 +172,7 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
 
 class MaintenanceScheduler:
     """Maintains the job's tables, called from the driver after commits: a table is due once its
-    interval elapsed or once about `after_files` (see files_threshold) data files were committed
+    interval elapsed or once about `after_files` (see files_threshold) files (data and position-delete) were committed
     to it since its last run. A 1 s trigger adds 3,600 small files an hour per table and every
     manifest merge rewrites an entry per live file, so waiting for the clock alone lets both grow.
 
@@ -185,7 +185,7 @@ class MaintenanceScheduler:
         self.config, self.interval, self.max_tables, self.clock = config, interval_seconds, max_tables_per_run, clock
         self.after_files = after_files
         self.last_run: dict[str, float] = {}
-        self.new_files: dict[str, int] = {}  # data files committed since the table's last run
+        self.new_files: dict[str, int] = {}  # files (data and position-delete) committed since the table's last run
         # Files our compactions replaced that retained snapshots still read. The job's commits
         # expire those snapshots without deleting files, so they are deleted here once unreferenced.
         self.replaced: dict[str, set[str]] = {}

@@ -22,6 +22,12 @@ a fresh connection per read) on each snapshot's metadata file, and pyiceberg's
 `scan(snapshot_id=...).to_arrow()`. Every read must return exactly the live rows
 the batches leave (count, distinct keys, sums of id and qty): a wrong read fails
 the run. Target: DuckDB after the batches <= 2x the compacted table.
+
+The job does not let an upsert table go 100 batches without compaction: its
+scheduler compacts a table once `maintenance.compact_after_files` data and
+delete files were committed to it. So the same batches also go into a second
+table maintained that way (`--read-every`: DuckDB reads it every N batches),
+and the worst of those reads against the compacted table is reported too.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -133,8 +140,10 @@ def _commit(catalog, name: str, arrow_schema, ids, touched, deletes: int, versio
     return outcome, t1 - t0
 
 
-def build(catalog, name: str, rows: int, files: int, batches: int, batch_keys: int) -> tuple[Truth, dict]:
-    """The table: `rows` in `files` snapshot commits, then `batches` change batches; timings."""
+def build(catalog, name: str, rows: int, files: int, batches: int, batch_keys: int,
+          after_batch=None) -> tuple[Truth, dict]:
+    """The table: `rows` in `files` snapshot commits, then `batches` change batches; timings.
+    `after_batch(batch, outcome, truth)` runs after each change batch's commit."""
     from evolution.arrow import iceberg_to_arrow
     from router.catalog import create_table
 
@@ -160,6 +169,8 @@ def build(catalog, name: str, rows: int, files: int, batches: int, batch_keys: i
         timings["batches"].append({"write_ms": round(write_s * 1000, 1), "commit_ms": round(outcome.seconds * 1000, 1),
                                    "commit_cpu_ms": round(outcome.cpu_seconds * 1000, 1)})
         offset, batch_id = offset + len(touched), batch_id + 1
+        if after_batch is not None:
+            after_batch(b, outcome, truth)
         if b % 10 == 0:
             print(f"{name} batch {b}: commit {outcome.seconds * 1000:.0f} ms", file=sys.stderr)
     return truth, timings
@@ -252,13 +263,67 @@ def run_size(catalog, rows: int, files: int, batches: int, batch_keys: int, runs
     }
 
 
-def run(rows: int, files: int, batches: int, sizes: list[int], runs: int) -> dict:
+def run_maintained(catalog, rows: int, files: int, batches: int, batch_keys: int, read_every: int,
+                   reads: int, compacted_seconds: float) -> dict:
+    """The same batches (same seed) into a table the job's scheduler maintains: after each commit,
+    `MaintenanceScheduler.maybe_run` with the default `maintenance` settings (due once
+    `compact_after_files` data and delete files were committed; the job runs it on its background
+    thread, here it runs in line). DuckDB reads the current snapshot every `read_every` batches
+    (median of `reads`); each read is checked against the truth at that batch and set against
+    `compacted_seconds` (the compacted table after all batches, which holds at least as many live rows)."""
+    from router.catalog import load_table
+    from router.cli.summary import metadata_path
+    from router.config import MaintenanceConfig
+    from router.maintenance import MaintenanceScheduler
+
+    name = f"bench.customers_{batch_keys}_maintained"
+    settings = MaintenanceConfig()
+    config = SimpleNamespace(catalog=catalog, maintenance=settings)  # all of RouterConfig the scheduler reads
+    scheduler = MaintenanceScheduler(config, interval_seconds=0, after_files=settings.compact_after_files)
+    checkpoints: list[dict] = []
+    runs: list[dict] = []
+
+    def after_batch(b: int, outcome, truth: Truth) -> None:
+        for report in scheduler.maybe_run([name], {name: outcome.files + outcome.delete_files}):
+            if report.error:
+                raise SystemExit(f"{name}: scheduled maintenance failed: {report.error}")
+            runs.append({"after_batch": b, "files": [report.files_before, report.files_after],
+                         "delete_files": [report.delete_files_before, report.delete_files_after],
+                         "seconds": round(report.seconds, 2)})
+        if b % read_every:
+            return
+        table = load_table(catalog, name, refresh=True)
+        times = []
+        for _ in range(reads):
+            seconds, found = read_duckdb(metadata_path(table), table.io.properties)
+            if found != truth.summary():
+                raise SystemExit(f"{name} batch {b}: DuckDB read {found}, expected {truth.summary()}")
+            times.append(seconds)
+        seconds = statistics.median(times)
+        st = state(table, table.metadata.current_snapshot_id)
+        checkpoints.append({"batch": b, "duckdb_seconds": round(seconds, 4),
+                            "ratio": round(seconds / compacted_seconds, 2),
+                            "data_files": st["data_files"], "delete_files": st["delete_files"]})
+
+    build(catalog, name, rows, files, batches, batch_keys, after_batch)
+    worst = max(checkpoints, key=lambda c: c["ratio"])
+    return {"compact_after_files": settings.compact_after_files, "maintenance_runs": runs,
+            "checkpoints": checkpoints, "worst_ratio": worst["ratio"], "worst_at_batch": worst["batch"],
+            "last_ratio": checkpoints[-1]["ratio"], "within_target": worst["ratio"] <= TARGET_RATIO}
+
+
+def run(rows: int, files: int, batches: int, sizes: list[int], runs: int, read_every: int) -> dict:
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="bench_upsert_read_"))
     started = time.perf_counter()
     try:
         catalog = bench_catalog(work, name="bench_upsert_read")
         results = {str(size): run_size(catalog, rows, files, batches, size, runs) for size in sizes}
+        for size in sizes:
+            if read_every:
+                compacted = results[str(size)]["read_seconds_median"]["duckdb_compacted"]
+                results[str(size)]["maintained"] = run_maintained(catalog, rows, files, batches, size, read_every,
+                                                                  runs, compacted)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
@@ -268,6 +333,8 @@ def run(rows: int, files: int, batches: int, sizes: list[int], runs: int) -> dic
         "duckdb_target_ratio": TARGET_RATIO,
         "duckdb_ratio": {k: r["duckdb_ratio"] for k, r in results.items()},
         "pyiceberg_ratio": {k: r["pyiceberg_ratio"] for k, r in results.items()},
+        "duckdb_ratio_maintained_worst": {k: r["maintained"]["worst_ratio"] for k, r in results.items()
+                                          if "maintained" in r},
         "results": results,
         "seconds": round(time.perf_counter() - started, 1),
         "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -282,9 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-keys", type=int, nargs="+", default=[2_000, 10_000],
                     help="keys changed per batch (70/20/10); one table per size")
     ap.add_argument("--runs", type=int, default=3, help="reads of each snapshot by each reader")
+    ap.add_argument("--read-every", type=int, default=10,
+                    help="maintained table: a DuckDB read every N batches (0: no maintained table)")
     ap.add_argument("--json", dest="json_file", default=str(ROOT / "benchmarks" / "upsert_read.json"))
     args = ap.parse_args(argv)
-    return emit(run(args.rows, args.files, args.batches, args.batch_keys, args.runs), args.json_file)
+    return emit(run(args.rows, args.files, args.batches, args.batch_keys, args.runs, args.read_every),
+                args.json_file)
 
 
 if __name__ == "__main__":

@@ -104,14 +104,18 @@ def test_a_debezium_stream_is_mirrored_with_position_deletes(catalog_config, reg
         lambda: [*script.delete(5), *script.recreate(5), *script.change_key(7), *script.mixed(25)],
         lambda: [*script.update(5), *script.delete(sorted(script.rows)[-1]), *script.mixed(20)],
     ]
+    delete_files = 0
     for batch_id, step in enumerate(steps):
         results, report = run_batch(dispatcher, stream.batches(step()), batch_id)
         assert not [o for o in report.outcomes if o.status == "failed"], report.outcomes
         where = {o.where for o in report.outcomes if o.status == "committed"}
         assert where == {"task" if commit_in_tasks else "driver"}, report.outcomes
         assert live_rows(catalog_config, table) == expected(script), f"after batch {batch_id}"
+        delete_files += sum(o.delete_files for o in report.committed if o.table == table)
     handle = load_table(catalog_config, table, refresh=True)
     assert handle.schema().identifier_field_names() == {"id"}
+    # the outcomes count the delete files the scheduler weighs towards compaction
+    assert delete_files == int(handle.current_snapshot().summary["total-delete-files"]) > 0
     assert manifests_hold_no_equality_deletes(handle) > 0
 
 
