@@ -23,6 +23,7 @@ ourselves (evolution/avro_visitor.py). Choices worth knowing:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -38,6 +39,8 @@ from evolution.exceptions import UnsupportedSchemaError
 __all__ = ["avro_to_iceberg", "avro_field_aliases", "parse_avro", "ROOT_VALUE_FIELD"]
 
 ROOT_VALUE_FIELD = "value"
+#: a schema given as a bare type name (`string`, `shop.Order`) rather than JSON
+BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 MAX_DECIMAL_PRECISION = 38
 
 PRIMITIVES: dict[str, IcebergType] = {
@@ -73,7 +76,10 @@ def parse_avro(schema: str | dict | list) -> Any:
             try:
                 return json.loads(stripped)
             except json.JSONDecodeError as exc:
-                raise UnsupportedSchemaError(f"invalid JSON: {exc}") from None
+                raise UnsupportedSchemaError(f"invalid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        if not BARE_NAME.fullmatch(stripped):  # e.g. YAML: say so, never echo the text back
+            first = stripped.splitlines()[0][:40] if stripped else ""
+            raise UnsupportedSchemaError(f"not JSON and not an Avro type name (line 1 starts {first!r})")
         return stripped
     return schema
 

@@ -102,9 +102,11 @@ def cmd_plan(args) -> int:
         raise ConfigError("plan: give --subject S (repeatable) or --schema-file F --table T")
     if args.schema_file and not args.table:
         raise ConfigError("plan: --schema-file needs --table")
-    output, blocked = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
-                                   table=args.table, fmt=args.format, topic=args.topic)
+    output, blocked, problems = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
+                                             table=args.table, fmt=args.format, topic=args.topic)
     print(output)
+    for line in problems:
+        print(f"icerouter: error: {line}", file=sys.stderr)
     return EXIT_BLOCKED if blocked else EXIT_OK
 
 
@@ -136,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "pyspark", "urllib3", "httpx", "httpx2", "httpcore", "httpcore2"):
+    # pyiceberg logs `Loaded Catalog` at INFO on every catalog it opens: an error must stay one line
+    for noisy in ("py4j", "pyspark", "urllib3", "httpx", "httpx2", "httpcore", "httpcore2", "pyiceberg"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Callable = args.handler
     try:

@@ -127,8 +127,10 @@ def compatibility_problems(level: str, new: ParsedSchema, previous: list[ParsedS
     for index, old in enumerate(targets):
         position = len(previous) - len(targets) + index
         label = labels[position] if labels else f"version #{position + 1}"
+        prefix = f"{label} (" if label else ""
+        suffix = ")" if label else ""
         if "backward" in directions:
-            problems += [f"{label} (BACKWARD): {p}" for p in reader_problems(new, old)]
+            problems += [f"{prefix}BACKWARD{suffix}: {p}" for p in reader_problems(new, old)]
         if "forward" in directions:
-            problems += [f"{label} (FORWARD): {p}" for p in reader_problems(old, new)]
+            problems += [f"{prefix}FORWARD{suffix}: {p}" for p in reader_problems(old, new)]
     return problems

@@ -291,7 +291,9 @@ class RegistryStore:
                 # checking a *_TRANSITIVE level asks once per version
                 target = self._version(subject, version)
                 previous = [self._parsed(target.id)]
-            labels = None if version is None else [f"version #{target.version}"]
+            # the per-version endpoint answers for that version alone: like Confluent's server, its
+            # messages do not name it (the client asking knows which version it asked about)
+            labels = None if version is None else [""]
             problems = compatibility_problems(level, parsed, previous, labels) if previous else []
         result: dict = {"is_compatible": not problems}
         if verbose:

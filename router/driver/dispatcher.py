@@ -32,6 +32,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.executor.fused_reader import write_handoff
 from router.executor.tasks import process_partition
 from router.routing import RoutingTable
+from router.routing.routes import require_no_fan_in_conflict
 
 log = logging.getLogger("icerouter.job")
 
@@ -50,6 +51,7 @@ class Dispatcher:
                  handoff_file: str | None = None, spark: Any = None,
                  listeners: Sequence[Callable[[BatchStats], None]] = (), transient_retry_seconds: float = 600.0):
         self.config = config
+        require_no_fan_in_conflict(config)  # routes that disagree about a table: refused before any batch
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
         self.registry = config.registry
         self.policies = config.evolution

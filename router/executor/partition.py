@@ -40,6 +40,7 @@ from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
 from router.executor.upsert import write_upsert_table
 from router.routing.columns import header_values
 from router.routing.evaluate import evaluate_route
+from router.routing.routes import Feed, fan_in_conflict
 
 log = logging.getLogger("icerouter.partition")
 
@@ -145,7 +146,7 @@ class PartitionWriter:
         routes = ctx.routing.routes_for_topic(topic)
         if not routes:
             if ctx.unmatched == "dlq":
-                self.dead_letter(positions, "unmatched", f"no route matches topic {topic!r}")
+                self.dead_letter(positions, "unmatched", ctx.routing.unmatched_reason(topic))
             return
         chunk = self.source.slice(start, length)
         values = one_chunk(chunk.column("value"))
@@ -298,9 +299,30 @@ class PartitionWriter:
             batch = batch.select([n for n in batch.schema.names if n not in d.drop_columns])
         return batch
 
+    def fan_in_refused(self, table_id: str, items: list[Pending]) -> bool:
+        """Routes or topics that feed one table with different settings: the table's records of this
+        task are dead-lettered with the reason plan and check give (router.routing.routes.fan_in_conflict)."""
+        if len({(item.route.name, item.topic) for item in items}) < 2:
+            return False
+        ctx = self.ctx
+        feeds = [Feed(item.route.name, item.topic,
+                      resolve_policy(ctx.policies, item.topic, item.route.evolution, ctx.tables.auto_create),
+                      item.route.columns, item.route.write, item.route.partition_by) for item in items]
+        reason = fan_in_conflict(table_id, feeds)
+        if reason is None:
+            return False
+        result = self.results.setdefault(table_id, TableResult(table_id))
+        for item in self.drop_held(table_id, items, result):
+            self.dead_letter(item.rows, "fan_in_conflict", reason, table=table_id, route=item.route.name,
+                             schema_id=item.schema_id)
+            result.dead_letters += len(item.rows)
+        return True
+
     def write_table(self, table_id: str, items: list[Pending]) -> None:
         ctx = self.ctx
         route = items[0].route
+        if self.fan_in_refused(table_id, items):
+            return
         if route.write.upsert:
             write_upsert_table(self, table_id, items)
             return

@@ -6,8 +6,10 @@ table, taken by ``router.planning.plan.Planner`` exactly as `plan` and the job
 decide. Verdicts and exit codes:
 
 * 0 every schema is compatible (or a new subject) and no table plan is blocked;
-* 1 something is blocked: the registry refuses the schema (incompatible or
-  invalid) or a table's policy would refuse, drop or dead-letter its records;
+* 1 something is blocked: the schema file is not a schema (binary, not JSON), the
+  registry refuses the schema (incompatible or invalid), or the job would not
+  write its records to a table (a policy refuses, drops or dead-letters them, no
+  route takes the topic, a table name or fan-in the job refuses);
 * 3 nothing is blocked but something could not be decided: the registry or the
   catalog was unreachable, timed out or refused us.
 """
@@ -20,18 +22,15 @@ from typing import Any, Iterable, Sequence
 from xml.etree import ElementTree as ET
 
 from evolution.changes import EvolutionPlan
-from evolution.exceptions import EvolutionError
 from registry.client import CachedRegistry, get_registry
 from registry.exceptions import RegistryError
 from router.config import RouterConfig
 from router.exceptions import ConfigError, ServiceUnavailable
-from router.planning.plan import (
-    AVRO, SCHEMA_SUFFIXES, Planner, Target, detect_schema_type, file_subject, map_schema, read_schema_file,
-    subject_topic,
-)
+from router.planning.inputs import SchemaInput, load_schema_file, schema_input
+from router.planning.plan import AVRO, SCHEMA_SUFFIXES, Planner, Target, file_subject, subject_topic
 from router.planning.services import CatalogReader, registry_unavailable
 
-__all__ = ["TableCheck", "CheckResult", "check_schema", "check_file", "render_check_text", "render_check_json",
+__all__ = ["TableCheck", "CheckResult", "check_schema", "render_check_text", "render_check_json",
            "render_check_junit", "exit_code", "check_command", "EXIT_OK", "EXIT_BLOCKED", "EXIT_UNDECIDED"]
 
 EXIT_OK, EXIT_BLOCKED, EXIT_UNDECIDED = 0, 1, 3
@@ -70,11 +69,12 @@ class TableCheck:
 class CheckResult:
     subject: str
     schema_type: str
-    compatibility: str             # compatible | incompatible | new | invalid | undecided
+    compatibility: str             # compatible | incompatible | new | invalid | undecided | not_asked
     level: str | None = None
     messages: tuple[str, ...] = ()
     tables: tuple[TableCheck, ...] = field(default_factory=tuple)
     file: str | None = None
+    problem: str | None = None     # the schema cannot be used at all (not text, not JSON, recursive...)
 
     @property
     def compatible(self) -> bool:
@@ -82,12 +82,21 @@ class CheckResult:
 
     @property
     def blocked(self) -> bool:
-        return self.compatibility in BLOCKING_VERDICTS or any(
+        return self.problem is not None or self.compatibility in BLOCKING_VERDICTS or any(
             not t.ok and t.undecided is None for t in self.tables)
 
     @property
     def decided(self) -> bool:
         return self.compatibility != "undecided" and all(t.undecided is None for t in self.tables)
+
+    @property
+    def blocked_by(self) -> list[str]:
+        """Which sides block: the schema itself, the registry, tables (by name and status)."""
+        sides = ["the schema"] if self.problem is not None and not self.tables else []
+        if self.compatibility in BLOCKING_VERDICTS:
+            sides.append(f"the registry ({self.compatibility})")
+        sides += [f"table {t.table} ({t.verdict})" for t in self.tables if not t.ok and t.undecided is None]
+        return sides
 
     @property
     def ok(self) -> bool:
@@ -100,36 +109,39 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "file": self.file, "schema_type": self.schema_type, "ok": self.ok,
                 "verdict": self.verdict, "compatibility": self.compatibility, "level": self.level,
-                "messages": list(self.messages), "tables": [t.to_dict() for t in self.tables]}
+                "messages": list(self.messages), "problem": self.problem, "blocked_by": self.blocked_by,
+                "tables": [t.to_dict() for t in self.tables]}
 
 
-def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str, schema_type: str,
+def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str | None, schema_type: str,
                  targets: Sequence[Target], planner: Planner, *, catalog: CatalogReader | None = None,
                  unplannable: Sequence[tuple[str, str]] = (), registry_down: str | None = None,
-                 catalog_down: str | None = None, file: str | None = None) -> CheckResult:
+                 catalog_down: str | None = None, file: str | None = None,
+                 loaded: SchemaInput | None = None) -> CheckResult:
     """Registry verdict for ``subject`` plus a plan per target table.
 
+    ``loaded``: the schema already read (a file); else ``schema_str`` is mapped here.
     ``registry_down`` / ``catalog_down``: why a service is already known to be
     unreachable (its checks are then undecided without asking again).
     """
     kind = (schema_type or AVRO).upper()
+    if loaded is None:
+        loaded = schema_input(schema_str or "", kind, subject, f"subject {subject}")
     level, messages = None, ()
-    if registry_down is not None or registry is None:
+    if not loaded.readable:
+        verdict = "not_asked"  # not a schema document: nothing for the registry to judge
+    elif registry_down is not None or registry is None:
         verdict, messages = "undecided", (registry_down or "no registry to ask",)
     else:
         try:
-            answer = registry.compatibility(subject, schema_str, kind)
+            answer = registry.compatibility(subject, loaded.text, kind)
             verdict, level, messages = answer.verdict, answer.level, answer.messages
         except RegistryError as exc:
             verdict, messages = "undecided", (str(registry_unavailable(exc, registry.config.url)),)
     checks = []
-    try:
-        mapped = map_schema(schema_str, kind, source=subject)
-    except EvolutionError as exc:
-        mapped, reason = None, str(exc)
     for target in targets:
-        if mapped is None:
-            checks.append(TableCheck(target.table, error=reason))
+        if target.refusal is not None or loaded.problem is not None:
+            checks.append(TableCheck(target.table, planner.plan_input(None, loaded, target)))
             continue
         if catalog is None:
             checks.append(TableCheck(target.table, undecided=catalog_down or "no catalog to ask"))
@@ -139,11 +151,12 @@ def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str,
         except ServiceUnavailable as exc:
             checks.append(TableCheck(target.table, undecided=str(exc)))
             continue
-        plan = planner.plan(current, mapped.schema, target, schema_type=kind, schema_str=schema_str,
+        plan = planner.plan(current, loaded.mapped.schema, target, schema_type=kind, schema_str=loaded.text,
                             source=subject)
         checks.append(TableCheck(target.table, plan))
     checks += [TableCheck(label, skipped=reason) for label, reason in unplannable]
-    return CheckResult(subject, kind, verdict, level, tuple(messages), tuple(checks), file)
+    return CheckResult(subject, loaded.kind if not loaded.readable else kind, verdict, level, tuple(messages),
+                       tuple(checks), file, loaded.problem)
 
 
 def render_check_text(results: Iterable[CheckResult]) -> str:
@@ -151,8 +164,11 @@ def render_check_text(results: Iterable[CheckResult]) -> str:
     for r in results:
         level = f" at {r.level}" if r.level else ""
         source = f" [{r.file}]" if r.file else ""
-        lines.append(f"subject {r.subject} ({r.schema_type}){source}: {r.verdict.upper()} - "
-                     f"registry: {r.compatibility}{level}")
+        by = f" by {', '.join(r.blocked_by)}" if r.blocked else ""
+        lines.append(f"subject {r.subject} ({r.schema_type}){source}: {r.verdict.upper()}{by} - "
+                     f"registry: {r.compatibility.replace('_', ' ')}{level}")
+        if r.problem:
+            lines.append(f"  schema: {r.problem}")
         lines += [f"  registry: {m}" for m in r.messages]
         for t in r.tables:
             if t.skipped:
@@ -197,6 +213,8 @@ def render_check_junit(results: Iterable[CheckResult]) -> str:
             problems = [_registry_text(r)] if r.compatibility in BLOCKING_VERDICTS else []
             if t is not None and not t.ok and t.undecided is None:
                 problems.append(f"table {t.table}: error: {t.error}" if t.error else t.plan.describe())
+                if r.compatibility == "undecided":  # blocked by the table whatever the registry would say
+                    problems.append("registry: undecided: " + (r.messages[0] if r.messages else "not asked"))
             undecided = [_registry_text(r)] if r.compatibility == "undecided" else []
             if t is not None and t.undecided:
                 undecided.append(f"table {t.table}: undecided: {t.undecided}")
@@ -228,18 +246,9 @@ def exit_code(results: Iterable[CheckResult]) -> int:
     return EXIT_OK if all(r.decided for r in results) else EXIT_UNDECIDED
 
 
-def check_file(path: Path) -> tuple[str, str] | CheckResult:
-    """(text, schema type) of a schema file, or an `invalid` result naming the file."""
-    subject = file_subject(path)
-    try:
-        text = read_schema_file(path)
-    except ConfigError as exc:
-        return CheckResult(subject, "unknown", "invalid", messages=(exc.message,), file=str(path))
-    return text, detect_schema_type(text, path.suffix)
-
-
 def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> tuple[str, int, list[str]]:
-    """CI gate over a directory of schema files; -> (report, exit code, one line per unreachable service)."""
+    """CI gate over a directory of schema files; -> (report, exit code, one stderr line per unusable
+    schema file and per unreachable service)."""
     renderers = {"text": render_check_text, "json": render_check_json, "junit": render_check_junit}
     if fmt not in renderers:
         raise ConfigError(f"unknown format {fmt!r} (text, json, junit)")
@@ -256,22 +265,20 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
         catalog: CatalogReader | None = CatalogReader.open(config.catalog)
     except ServiceUnavailable as exc:
         catalog, down["catalog"] = None, str(exc)
-    results = []
+    results, problems = [], []
     for path in files:
-        loaded = check_file(path)
-        if isinstance(loaded, CheckResult):
-            results.append(loaded)
-            continue
-        text, kind = loaded
+        loaded = load_schema_file(path)
+        if loaded.problem:
+            problems.append(loaded.problem)
         subject = file_subject(path)
         targets, unplannable = planner.targets_for_topic(subject_topic(subject))
-        result = check_schema(registry, subject, text, kind, targets, planner, catalog=catalog,
+        result = check_schema(registry, subject, loaded.text, loaded.kind, targets, planner, catalog=catalog,
                               unplannable=unplannable, registry_down=down.get("registry"),
-                              catalog_down=down.get("catalog"), file=str(path))
+                              catalog_down=down.get("catalog"), file=str(path), loaded=loaded)
         if result.compatibility == "undecided" and "registry" not in down:
             down["registry"] = result.messages[0]  # do not wait for it once per file
         lost = next((t.undecided for t in result.tables if t.undecided), None)
         if lost is not None and "catalog" not in down:
             catalog, down["catalog"] = None, lost
         results.append(result)
-    return renderers[fmt](results), exit_code(results), list(down.values())
+    return renderers[fmt](results), exit_code(results), problems + list(down.values())

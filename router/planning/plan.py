@@ -1,16 +1,17 @@
 """Library behind `icerouter plan`: what the job would do to each table for a schema.
 
 Read-only: tables are loaded, never written. Every decision goes through
-``router.decisions`` with the inputs the job would use (the routes that send
-the topic to the table, their column projections and policies, the Kafka
-metadata columns, ``tables.auto_create``), so a plan cannot disagree with the
-job. ``router.planning.check`` builds `icerouter check` on the same pieces.
+``router.decisions`` and ``router.routing`` with the inputs the job would use
+(the routes that send the topic to the table, their column projections and
+policies, the Kafka metadata columns, ``tables.auto_create``, the namespace and
+table-name rules, ``unmatched``), so a plan cannot disagree with the job. A
+record the job would never write to the table (no route, a refused table name,
+routes that disagree about a fan-in table, a schema Iceberg cannot hold) is a
+*refusal*: a plan with one blocking violation that carries the job's reason.
+``router.planning.check`` builds `icerouter check` on the same pieces.
 
-Conventions: subjects follow the TopicNameStrategy (``<topic>-value``); a
-schema file ``<name>.avsc`` is Avro and ``<name>.json`` is JSON Schema unless
-it parses as an Avro record; a file name without ``-value``/``-key`` names the
-topic. Each (schema, table) pair is planned on its own: fan-in merges happen
-in the job. Exit rule: 0 when nothing is blocked, 1 when a plan is blocked.
+Each (schema, table) pair is planned on its own: fan-in merges happen in the
+job. Exit rule: 0 when nothing is blocked, 1 when a plan is blocked.
 """
 from __future__ import annotations
 
@@ -22,10 +23,8 @@ from typing import Any, Iterable, Sequence
 
 from pyiceberg.schema import Schema
 
-from evolution.avro import avro_field_aliases, avro_to_iceberg
 from evolution.changes import EvolutionPlan, MappedSchema, Violation
 from evolution.exceptions import EvolutionError
-from evolution.jsonschema import jsonschema_to_iceberg
 from evolution.policy import EvolutionPolicy, Mode
 from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
@@ -33,84 +32,23 @@ from router.changes.envelope import key_columns_from_key_schema
 from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
 from router.decisions import plan_table, resolve_policy, table_view
-from router.exceptions import ConfigError
+from router.exceptions import ConfigError, RouteError
+from router.planning.inputs import (
+    AVRO, JSON_SCHEMA, SCHEMA_SUFFIXES, SchemaInput, detect_schema_type, file_subject, load_schema_file,
+    map_schema, parse_subject, read_schema_file, subject_topic,
+)
 from router.planning.services import CatalogReader, registry_unavailable
-from router.routing.routes import TEMPLATE_PATTERN, RoutingTable, normalise_identifier_part
+from router.routing.routes import (
+    TEMPLATE_PATTERN, Feed, RoutingTable, fan_in_conflict, normalise_identifier_part, require_no_fan_in_conflict,
+)
 from router.table_writes import APPEND, TableWrite
 
 __all__ = ["AVRO", "JSON_SCHEMA", "SCHEMA_SUFFIXES", "Target", "Planner", "map_schema", "plan_for_schema",
            "render_plan_text", "render_plan_json", "plan_command", "subject_topic", "detect_schema_type",
-           "parse_subject", "read_schema_file", "require_namespace"]
+           "parse_subject", "read_schema_file", "require_namespace", "file_subject", "NO_ROUTE"]
 
-AVRO, JSON_SCHEMA = "AVRO", "JSON"
-SCHEMA_SUFFIXES = {".avsc": AVRO, ".avro": AVRO, ".json": None}
 TABLE_NAME = re.compile(r"[^.\s]+(\.[^.\s]+)+")
-
-
-def map_schema(schema_str: str, schema_type: str = AVRO, source: str | None = None) -> MappedSchema:
-    """Registry schema text -> Iceberg schema (+ Avro aliases for renames)."""
-    kind = (schema_type or AVRO).upper()
-    if kind == AVRO:
-        return MappedSchema(avro_to_iceberg(schema_str), avro_field_aliases(schema_str), source)
-    if kind == JSON_SCHEMA:
-        return MappedSchema(jsonschema_to_iceberg(schema_str), {}, source)
-    raise ConfigError(f"schema type {kind} is not supported (AVRO, JSON)", subject=source)
-
-
-def detect_schema_type(text: str, suffix: str = "") -> str:
-    """AVRO for .avsc or an Avro-looking document, else JSON (Schema)."""
-    if SCHEMA_SUFFIXES.get(suffix.lower()) == AVRO:
-        return AVRO
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        return AVRO  # a bare Avro primitive name such as `string`
-    if isinstance(doc, list) or (isinstance(doc, str)):
-        return AVRO
-    if isinstance(doc, dict) and (doc.get("type") in ("record", "enum", "fixed", "array", "map")
-                                  and "properties" not in doc and "$schema" not in doc):
-        return AVRO
-    return JSON_SCHEMA
-
-
-def subject_topic(subject: str) -> str:
-    """TopicNameStrategy: ``orders-value`` -> ``orders``."""
-    for suffix in ("-value", "-key"):
-        if subject.endswith(suffix):
-            return subject[: -len(suffix)]
-    return subject
-
-
-def file_subject(path: Path) -> str:
-    """``orders.avsc`` and ``orders-value.avsc`` -> ``orders-value``."""
-    return path.stem if path.stem.endswith(("-value", "-key")) else f"{path.stem}-value"
-
-
-def parse_subject(arg: str) -> tuple[str, int | str]:
-    """``orders-value`` -> latest; ``orders-value:3`` -> version 3 (``:latest`` too)."""
-    subject, sep, version = arg.rpartition(":")
-    if sep and subject and (version.isdigit() or version == "latest"):
-        number = int(version) if version.isdigit() else version
-        if number == 0:
-            raise ConfigError(f"--subject {arg}: versions start at 1")
-        return subject, number
-    return arg, "latest"
-
-
-def read_schema_file(path: str | Path) -> str:
-    """The file's text; unreadable or non-UTF-8 files are a ConfigError naming the file."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read schema file {path}: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"schema file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                          f"{exc.start}): is it a binary file?") from None
-    if "\x00" in text:
-        raise ConfigError(f"schema file {path} is not a text file (it contains NUL bytes)")
-    return text
+NO_ROUTE = "(no route)"  # the table label of a topic no route matches
 
 
 def require_namespace(table: str) -> str:
@@ -121,7 +59,10 @@ def require_namespace(table: str) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One table a schema reaches through one route, with what the job applies on the way."""
+    """One table a schema reaches through one route, with what the job applies on the way.
+
+    ``refusal`` (kind, reason): the job never writes these records to the table
+    (they are dead-lettered, or dropped under ``unmatched: drop``)."""
 
     table: str
     policy: EvolutionPolicy
@@ -129,12 +70,14 @@ class Target:
     route: str | None = None
     topic: str | None = None
     write: TableWrite = APPEND  # append, or upsert by key (router/table_writes.py)
+    refusal: tuple[str, str] | None = None
 
 
 class Planner:
     """Routes, policies and table settings of one config, turned into plans."""
 
     def __init__(self, config: RouterConfig, registry: Any = None) -> None:
+        require_no_fan_in_conflict(config)
         self.config = config
         self.routing = RoutingTable(config.routes, config.tables, config.dlq)
         self.policies = config.evolution
@@ -163,35 +106,87 @@ class Planner:
         return Target(table, policy, route.columns if route else None, route.name if route else None, topic,
                       route.write if route else APPEND)
 
+    def refused(self, table: str, topic: str | None, kind: str, reason: str, route: Any = None) -> Target:
+        return replace(self.target(table, topic or "", route), refusal=(kind, reason))
+
+    def unmatched(self, topic: str, table: str = NO_ROUTE) -> Target:
+        """What the job does with a topic no route matches (router.routing.routes.unmatched_reason)."""
+        return self.refused(table, topic, "unmatched", self.routing.unmatched_reason(topic, self.config.unmatched))
+
+    def routed_topics(self) -> str:
+        """The topics (or topic patterns) routes take, for messages."""
+        topics = [t for t in self.config.kafka.topics if self.routing.routes_for_topic(t)]
+        if topics:
+            return ", ".join(topics)
+        patterns = [f"{r.topic.pattern if r.topic else '.*'} (route {r.name})" for r in self.routing.routes]
+        return ", ".join(patterns) or "none: the config has no routes"
+
     def targets_for_topic(self, topic: str) -> tuple[list[Target], list[tuple[str, str]]]:
         """Tables the topic's routes name (templates on the topic only) + routes that cannot be planned."""
+        routes = self.routing.routes_for_topic(topic)
+        if not routes:
+            return [self.unmatched(topic)], []
         planned, unplannable = [], []
-        for route, table in self.routing.static_tables_for_topic(topic):
-            if table is None:
+        for route in routes:
+            if any(p != "topic" for p in route.placeholders):
                 unplannable.append((f"route {route.name}", "table name depends on record data; "
                                     "plan it with --schema-file and --table"))
-            else:
-                planned.append(self.target(table, topic, route))
-        return planned, unplannable
+                continue
+            try:
+                table = self.routing.render(route, topic)
+            except RouteError as exc:  # the job dead-letters the records with this reason
+                planned.append(self.refused(f"route {route.name}", topic, "table_name", exc.message, route))
+                continue
+            planned.append(self.target(table, topic, route))
+        return self._fan_in(planned, topic), unplannable
 
-    def targets_for_table(self, table: str, topics: Iterable[str]) -> list[Target]:
-        """The routes that send one of ``topics`` to ``table`` (templates from data included)."""
-        found: dict[tuple, Target] = {}
-        for topic in dict.fromkeys(t for t in topics if t):
-            for route in self.routing.routes_for_topic(topic):
-                if _template_matches(route.table_template, table, topic, self.routing.default_namespace):
-                    t = self.target(table, topic, route)
-                    found.setdefault((t.policy, t.columns, t.write), t)
-        return list(found.values())
+    def targets_for_table(self, table: str, topic: str) -> list[Target]:
+        """The routes that send ``topic`` to ``table`` (templates from data included), or the refusal."""
+        try:
+            self.routing.validate_table_name(table, topic=topic)
+        except RouteError as exc:
+            return [self.refused(table, topic, "table_name", exc.message)]
+        routes = self.routing.routes_for_topic(topic)
+        if not routes:
+            return [self.unmatched(topic, table)]
+        feeding = [r for r in routes
+                   if _template_matches(r.table_template, table, topic, self.routing.default_namespace)]
+        if not feeding:
+            names = ", ".join(f"{r.name} -> {r.table_template}" for r in routes)
+            return [self.refused(table, topic, "not_routed",
+                                 f"no route sends topic {topic!r} to {table} (its routes: {names})")]
+        return self._fan_in([self.target(table, topic, route) for route in feeding], topic)
+
+    def feeds(self, table: str, topic: str) -> list[Feed]:
+        """Every (route, topic) of ``topic`` and ``kafka.topics`` whose records reach ``table``."""
+        out = []
+        for t in dict.fromkeys([topic, *self.config.kafka.topics]):
+            for route in self.routing.routes_for_topic(t):
+                if _template_matches(route.table_template, table, t, self.routing.default_namespace):
+                    out.append(Feed(route.name, t, self.target(table, t, route).policy, route.columns,
+                                    route.write, route.partition_by))
+        return out
+
+    def _fan_in(self, targets: list[Target], topic: str) -> list[Target]:
+        """One target per table; refused when the table's feeds disagree (routes.fan_in_conflict, the job's rule)."""
+        out: dict[str, Target] = {}
+        for target in targets:
+            if target.table in out:
+                continue
+            conflict = fan_in_conflict(target.table, self.feeds(target.table, topic)) \
+                if target.refusal is None else None
+            out[target.table] = target if conflict is None else replace(target, refusal=("fan_in_conflict", conflict))
+        return list(out.values())
 
     def plan(self, current: Schema | None, schema: Schema, target: Target, *, schema_type: str = AVRO,
              schema_str: str | None = None, source: str | None = None) -> EvolutionPlan:
+        if target.refusal is not None:
+            return self.refusal_plan(current, target, *target.refusal)
         try:
             view = table_view(schema, columns=target.columns, metadata_columns=self.config.tables.metadata_columns,
                               schema_type=schema_type, schema_str=schema_str, source=source, cdc=target.write.cdc)
         except ChangeStreamError as exc:  # the job dead-letters such records as not_envelope
-            return EvolutionPlan(current, current, violations=(Violation((), "not_envelope", str(exc), Mode.DLQ),),
-                                 policy=target.policy, table=target.table)
+            return self.refusal_plan(current, target, "not_envelope", str(exc))
         key = self.key_columns(target)
         plan = plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
                           target.write, key)
@@ -200,6 +195,22 @@ class Planner:
                 f"upsert by the fields of the Kafka record key: no {target.topic or '<topic>'}-key schema in "
                 "the registry to check the key columns against",))
         return plan
+
+    def refusal_plan(self, current: Schema | None, target: Target, kind: str, reason: str) -> EvolutionPlan:
+        """A plan whose records never reach the table: dead-lettered, or dropped (``unmatched: drop``)."""
+        dropped = kind == "unmatched" and self.config.unmatched == "drop"
+        outcome = Mode.DISCARD_ROW if dropped else Mode.DLQ
+        return EvolutionPlan(current, current, violations=(Violation((), kind, reason, outcome),),
+                             policy=target.policy, table=target.table)
+
+    def plan_input(self, catalog: CatalogReader, schema: SchemaInput, target: Target) -> EvolutionPlan:
+        """The plan of one schema input for one target (a refusal when the schema cannot be used)."""
+        if schema.problem is not None:  # the root cause first: no table could take this schema
+            return self.refusal_plan(None, target, "invalid_schema", schema.problem)
+        if target.refusal is not None:
+            return self.refusal_plan(None, target, *target.refusal)
+        return self.plan(catalog.current(target.table), schema.mapped.schema, target, schema_type=schema.kind,
+                         schema_str=schema.text, source=schema.source)
 
 
 def _template_matches(template: str, table: str, topic: str, default_namespace: str) -> bool:
@@ -222,69 +233,78 @@ def plan_for_schema(catalog: Any, table_identifier: str, schema_str: str, schema
                       case_sensitive, table_identifier)
 
 
-def render_plan_text(plans: Iterable[EvolutionPlan]) -> str:
-    return "\n\n".join(p.describe() for p in plans) or "no tables to plan"
+def render_plan_text(plans: Iterable[EvolutionPlan], notes: Sequence[str] = ()) -> str:
+    text = "\n\n".join(p.describe() for p in plans) or "no tables to plan"
+    return text + "".join(f"\nnote: {n}" for n in notes)
 
 
-def render_plan_json(plans: Iterable[EvolutionPlan]) -> str:
+def render_plan_json(plans: Iterable[EvolutionPlan], notes: Sequence[str] = (), errors: Sequence[str] = ()) -> str:
+    """``{"verdict": "ok" | "blocked", "blocked": bool, "plans": [...], "notes": [...], "errors": [...]}``."""
     plans = list(plans)
-    return json.dumps({"blocked": any(p.blocked for p in plans), "plans": [p.to_dict() for p in plans]},
+    blocked = any(p.blocked for p in plans)
+    return json.dumps({"verdict": "blocked" if blocked else "ok", "blocked": blocked,
+                       "plans": [p.to_dict() for p in plans], "notes": list(notes), "errors": list(errors)},
                       indent=2, sort_keys=True)
 
 
-def _format(fmt: str, plans: list[EvolutionPlan]) -> str:
-    if fmt == "json":
-        return render_plan_json(plans)
-    if fmt == "text":
-        return render_plan_text(plans)
-    raise ConfigError(f"unknown format {fmt!r} (text, json)")
+def _schema_file_topic(planner: Planner, path: Path, topic: str | None) -> str:
+    """The topic a schema file is for: --topic, else its name when that is a routed topic."""
+    if topic:
+        return topic
+    named = subject_topic(file_subject(path))
+    if planner.routing.routes_for_topic(named):
+        return named
+    raise ConfigError(f"--schema-file {path}: no route takes topic {named!r} (from the file name); "
+                      f"name the topic with --topic (routed: {planner.routed_topics()})")
 
 
 def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file: str | None = None,
-                 table: str | None = None, fmt: str = "text", topic: str | None = None) -> tuple[str, bool]:
-    """Dry run for registry subjects (``S`` or ``S:V``) or a local schema file; -> (output, blocked)."""
-    if schema_file:
-        require_namespace(table or "")
-        text = read_schema_file(schema_file)
+                 table: str | None = None, fmt: str = "text",
+                 topic: str | None = None) -> tuple[str, bool, list[str]]:
+    """Dry run for registry subjects (``S`` or ``S:V``) or a local schema file.
+
+    -> (output, blocked, one line per input that is not a usable schema, for stderr)."""
+    if fmt not in ("text", "json"):
+        raise ConfigError(f"unknown format {fmt!r} (text, json)")
+    inputs: list[tuple[SchemaInput, list[Target]]] = []
+    notes: list[str] = []
     registry = get_registry(config.registry) if subjects or any(r.write.upsert and not r.write.key for r in config.routes) \
         else None
     planner = Planner(config, registry)
-    catalog = CatalogReader.open(config.catalog)
-    plans: list[EvolutionPlan] = []
-    notes: list[str] = []
-    if subjects:
-        for arg in subjects:
-            subject, version = parse_subject(arg)
-            try:
-                reg = registry.version(subject, version)
-                art = registry.artifacts(reg.schema_id)
-            except SchemaNotFound:
-                raise ConfigError(f"--subject {arg}: not found in the registry") from None
-            except RegistryError as exc:
-                raise registry_unavailable(exc, registry.config.url) from None
-            targets, unplannable = planner.targets_for_topic(subject_topic(subject))
-            notes += [f"{subject}: {label}: {reason}" for label, reason in unplannable]
-            for target in targets:
-                plans.append(planner.plan(catalog.current(target.table), art.iceberg_schema, target,
-                                          schema_type=art.schema_type, schema_str=art.schema_str,
-                                          source=f"{subject}:{reg.version}"))
     if schema_file:
+        require_namespace(table or "")
         path = Path(schema_file)
-        kind = detect_schema_type(text, path.suffix)
+        loaded = load_schema_file(path)  # a file that cannot be opened at all: usage error
         try:
-            mapped = map_schema(text, kind, source=str(path))
-        except EvolutionError as exc:
-            raise ConfigError(f"schema file {path}: {exc}") from None
-        topics = [topic] if topic else [subject_topic(file_subject(path)), *config.kafka.topics]
-        targets = planner.targets_for_table(table, topics)
-        if not targets:
-            notes.append(f"no route sends {' or '.join(dict.fromkeys(topics))} to {table}: planned with the "
-                         "default policy and no projection (name the topic with --topic)")
-            targets = [planner.target(table, topic or "")]
-        current = catalog.current(table)
-        plans += [planner.plan(current, mapped.schema, t, schema_type=kind, schema_str=text, source=str(path))
-                  for t in targets]
-    output = _format(fmt, plans)
-    if notes and fmt == "text":
-        output += "\n\n" + "\n".join(f"note: {n}" for n in notes)
-    return output, any(p.blocked for p in plans)
+            targets = planner.targets_for_table(table, _schema_file_topic(planner, path, topic))
+        except ConfigError:
+            if loaded.problem is None:
+                raise
+            targets = [planner.refused(table, topic, "invalid_schema", loaded.problem)]  # no topic needed to tell
+        inputs.append((loaded, targets))
+    for arg in subjects:
+        subject, version = parse_subject(arg)
+        try:
+            reg = registry.version(subject, version)
+        except SchemaNotFound:
+            raise ConfigError(f"--subject {arg}: not found in the registry") from None
+        except RegistryError as exc:
+            raise registry_unavailable(exc, registry.config.url) from None
+        source = f"{subject}:{reg.version}"
+        try:
+            art = registry.artifacts(reg.schema_id)
+            loaded = SchemaInput(source, art.schema_str, art.schema_type,
+                                 MappedSchema(art.iceberg_schema, {}, source))
+        except EvolutionError as exc:  # e.g. a recursive schema: the job dead-letters its records
+            loaded = SchemaInput(source, None, reg.schema.schema_type or AVRO, problem=f"subject {source}: {exc}")
+        except RegistryError as exc:
+            raise registry_unavailable(exc, registry.config.url) from None
+        targets, unplannable = planner.targets_for_topic(subject_topic(subject))
+        notes += [f"{subject}: {label}: {reason}" for label, reason in unplannable]
+        inputs.append((loaded, targets))
+    catalog = CatalogReader.open(config.catalog) if any(
+        s.problem is None and any(t.refusal is None for t in ts) for s, ts in inputs) else None
+    plans = [planner.plan_input(catalog, loaded, target) for loaded, targets in inputs for target in targets]
+    errors = list(dict.fromkeys(loaded.problem for loaded, _ in inputs if loaded.problem))
+    output = render_plan_json(plans, notes, errors) if fmt == "json" else render_plan_text(plans, notes)
+    return output, any(p.blocked for p in plans), errors

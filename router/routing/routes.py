@@ -19,13 +19,45 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from evolution.policy import PolicyOverrides
-from router.config import DlqConfig, RouteConfig, TablesConfig
-from router.exceptions import TableNameError
+from router.config import DlqConfig, RouteConfig, RouterConfig, TablesConfig
+from router.decisions import resolve_policy
+from router.exceptions import ConfigError, RouteError, TableNameError
 from router.table_writes import APPEND, TableWrite
 
 TEMPLATE_PATTERN = re.compile(r"\{(topic|header\.[^{}]+|field\.[^{}]+)\}")
 DATA_VALUE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 IDENTIFIER_PATTERN = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One way records reach a table: a route, a topic, and what the table takes from them."""
+
+    route: str
+    topic: str | None
+    policy: Any  # the resolved evolution policy (route -> topic pattern -> default)
+    columns: tuple[str, ...] | None
+    write: TableWrite
+    partition_by: tuple[str, ...] | None
+
+
+#: what the feeds of one table must agree on: a table has one policy, projection, mode and spec
+FAN_IN_SETTINGS = ("policy", "columns", "write", "partition_by")
+
+
+def fan_in_conflict(table: str, feeds: Sequence[Feed]) -> str | None:
+    """Why ``feeds`` cannot write ``table`` together (None: they agree on every FAN_IN_SETTINGS).
+
+    The one fan-in rule: routes and topics feeding one table must agree; otherwise
+    the job dead-letters the table's records of that batch with this reason, plan and
+    check block, and routes that name the table literally are refused at load."""
+    feeds = list(dict.fromkeys(feeds))
+    differ = [s for s in FAN_IN_SETTINGS if len({repr(getattr(f, s)) for f in feeds}) > 1]
+    if not differ:
+        return None
+    names = ", ".join(dict.fromkeys(f"{f.route} ({f.topic})" if f.topic else f.route for f in feeds))
+    return (f"routes {names} feed table {table} with different {', '.join(differ)}: give them the same "
+            "settings or send them to different tables")
 
 
 def normalise_identifier_part(value: str) -> str:
@@ -104,6 +136,16 @@ class RoutingTable:
     def routes_for_topic(self, topic: str) -> tuple[CompiledRoute, ...]:
         return self._for_topic(topic)
 
+    @staticmethod
+    def unmatched_reason(topic: str, unmatched: str | None = None) -> str:
+        """The dead-letter reason of a record no route matches; with ``unmatched`` (the config's
+        setting) also what the job does with it, as plan and check report it."""
+        reason = f"no route matches topic {topic!r}"
+        if unmatched is None:
+            return reason
+        fate = "dead-letters" if unmatched == "dlq" else "drops"
+        return f"{reason}: the job {fate} its records (unmatched: {unmatched})"
+
     def render(self, route: CompiledRoute, topic: str, headers: Mapping[str, str | None] | None = None,
                values: Mapping[str, Any] | None = None) -> str:
         """The table identifier a record goes to; raises TableNameError with the reason."""
@@ -147,3 +189,40 @@ class RoutingTable:
             else:
                 out.append((route, self.render(route, topic)))
         return out
+
+
+def fan_in_conflicts(config: RouterConfig) -> list[str]:
+    """The fan-in conflicts a config shows before any record arrives: routes that name one table
+    literally with different rules, and the tables routes make of the topics in ``kafka.topics``."""
+    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    literal: dict[str, list[Feed]] = {}
+    by_topic: dict[str, list[Feed]] = {}
+    for route in routing.routes:
+        if not route.placeholders:
+            table = route.table_template if "." in route.table_template \
+                else f"{routing.default_namespace}.{route.table_template}"
+            literal.setdefault(table, []).append(Feed(route.name, None, route.evolution, route.columns,
+                                                      route.write, route.partition_by))
+    for topic in config.kafka.topics:
+        for route in routing.routes_for_topic(topic):
+            if any(p != "topic" for p in route.placeholders):
+                continue
+            try:
+                table = routing.render(route, topic)
+            except RouteError:
+                continue
+            policy = resolve_policy(config.evolution, topic, route.evolution, config.tables.auto_create)
+            by_topic.setdefault(table, []).append(Feed(route.name, topic, policy, route.columns, route.write,
+                                                       route.partition_by))
+    found = {table: fan_in_conflict(table, feeds) for table, feeds in literal.items()}
+    for table, feeds in by_topic.items():
+        found[table] = found.get(table) or fan_in_conflict(table, feeds)
+    return [c for c in found.values() if c]
+
+
+def require_no_fan_in_conflict(config: RouterConfig) -> None:
+    """Refuse, at the start of the job, `plan` and `check`, a config whose routes disagree about a table."""
+    conflicts = fan_in_conflicts(config)
+    if conflicts:
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise ConfigError(conflicts[0] + more)

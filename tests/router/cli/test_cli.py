@@ -61,7 +61,7 @@ def test_plan_in_process_text_and_exit_codes(setup, capsys):
     bad = tmp / "break.avsc"
     bad.write_text(BREAK)
     assert main(["plan", "--config", str(config), "--schema-file", str(bad), "--table", f"raw.{topic}",
-                 "--format", "json"]) == 1
+                 "--topic", topic, "--format", "json"]) == 1
     plans = json.loads(capsys.readouterr().out)["plans"]
     assert plans[0]["blocked"] and plans[0]["violations"][0]["path"] == ["id"]
 
@@ -165,7 +165,8 @@ def test_check_ignores_columns_the_route_projects_away(setup):
 
 def test_registry_unreachable_is_could_not_decide_exit_3(setup):
     topic, client, config, tmp = setup
-    _rewrite(config, registry={"url": "http://ci:hunter2@127.0.0.1:9", "retry_attempts": 1})
+    _rewrite(config, registry={"url": "http://ci:hunter2@127.0.0.1:9", "retry_attempts": 1},
+             routes=[{"name": "raw", "topic": f"{topic}|other", "table": "raw.{topic}"}])
     schemas = tmp / "schemas"
     schemas.mkdir()
     (schemas / f"{topic}.avsc").write_text(V2)
@@ -218,7 +219,8 @@ def test_bad_schema_files_and_table_names_are_named_in_the_message(setup):
     assert any(c.get("classname") == f"{topic}-value" and c.find("failure") is None for c in cases)
 
     plan = icerouter("plan", "--config", str(config), "--schema-file", str(binary), "--table", f"raw.{topic}")
-    assert plan.returncode == 2 and str(binary) in plan.stderr and "not UTF-8" in plan.stderr
+    assert plan.returncode == 1 and str(binary) in plan.stderr and "not UTF-8" in plan.stderr  # as check: blocked
+    assert len(plan.stderr.strip().splitlines()) == 1
     plan = icerouter("plan", "--config", str(config), "--schema-file", str(schemas / f"{topic}.avsc"),
                      "--table", "orders")
     assert plan.returncode == 2 and "Traceback" not in plan.stderr
@@ -230,3 +232,44 @@ def test_help_documents_exit_codes():
     result = icerouter("check", "--help")
     assert result.returncode == 0
     assert "3  could not decide" in result.stdout and "1  blocked" in result.stdout
+
+
+RECURSIVE = json.dumps({"type": "record", "name": "Node", "fields": [
+    {"name": "id", "type": "long"}, {"name": "next", "type": ["null", "Node"], "default": None}]})
+YAML = "type: record\nname: Order\nfields:\n" + "".join(f"  - name: f{i}\n    type: long\n" for i in range(400))
+BAD_INPUTS = {  # file content -> what the one stderr line must say
+    "recursive": (RECURSIVE, "recursive type 'Node' cannot be flattened"),
+    "yaml": (YAML, "is not JSON (line 1, column 1: Expecting value)"),
+    "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "is not UTF-8 text"),
+    "empty": ("  \n", "is empty"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_INPUTS))
+def test_bad_schema_input_one_verdict_in_plan_and_check(setup, kind):
+    """The same verdict (blocked, exit 1), one stderr line naming the file, well-formed JSON on stdout."""
+    topic, client, config, tmp = setup
+    content, says = BAD_INPUTS[kind]
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    path = schemas / f"{topic}.avsc"
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    plan = icerouter("plan", "--config", str(config), "--schema-file", str(path), "--table", f"raw.{topic}",
+                     "--format", "json")
+    check = icerouter("check", "--config", str(config), "--schemas", str(schemas), "--format", "json")
+    for run in (plan, check):
+        assert run.returncode == 1, run.stderr
+        [line] = run.stderr.strip().splitlines()  # one line: no pyiceberg INFO, no traceback
+        assert line.startswith(f"icerouter: error: schema file {path}") and says in line and len(line) < 300
+    planned = json.loads(plan.stdout)
+    assert planned["verdict"] == "blocked" and planned["errors"] == [line.removeprefix("icerouter: error: ")]
+    [violation] = planned["plans"][0]["violations"]
+    assert violation["kind"] == "invalid_schema" and says in violation["reason"]
+    [result] = json.loads(check.stdout)["results"]
+    assert result["verdict"] == "blocked" and says in result["problem"]
+    assert result["tables"][0]["table"] == f"raw.{topic}"  # the routed table is named, not "(no routed tables)"
+    assert result["tables"][0]["plan"]["violations"] == planned["plans"][0]["violations"]
+    # the registry is asked only about a schema document: never about bytes that are not one
+    assert (result["compatibility"] == "not_asked") is (kind != "recursive")
+    text = icerouter("check", "--config", str(config), "--schemas", str(schemas))
+    assert text.returncode == 1 and "BLOCKED by " in text.stdout and f"table raw.{topic} (blocked)" in text.stdout

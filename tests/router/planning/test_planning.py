@@ -178,7 +178,9 @@ def test_check_unmappable_schema_fails_the_table(registry, registry_api_url, tmp
     result = check_schema(registry, f"{unique_name('n')}-value", recursive, "AVRO",
                           [Target("db.nodes", EvolutionPolicy())], planner_for(tmp_path, registry_api_url))
     assert result.compatibility == "new" and not result.ok
-    assert "recursive" in result.tables[0].error
+    assert "recursive" in result.problem and result.blocked_by == [f"table db.nodes (blocked)"]
+    [violation] = result.tables[0].plan.violations
+    assert violation.kind == "invalid_schema" and "recursive" in violation.reason
     junit = ET.fromstring(render_check_junit([result]))
     assert junit.find("testsuite").get("failures") == "1"
     failure = junit.find("testsuite").find("testcase").find("failure")
@@ -218,14 +220,16 @@ def test_plan_and_check_commands(client, registry_api_url, plan_catalog, unique_
     config = _config(tmp_path, registry_api_url, ns, topic, default={"type_change": "freeze"})
 
     client.register_schema(f"{topic}-value", RegistrySchema(V2_ADD, "AVRO"))
-    output, blocked = plan_command(config, subjects=[f"{topic}-value"], fmt="text")
+    output, blocked, problems = plan_command(config, subjects=[f"{topic}-value"], fmt="text")
+    assert problems == []
     assert not blocked
     assert f"table {ns}.{topic}: evolve" in output and "+ note: optional string" in output
     assert "route by_tenant: table name depends on record data" in output
 
     schema_file = tmp_path / "orders.avsc"
     schema_file.write_text(V3_BREAK)
-    output, blocked = plan_command(config, schema_file=str(schema_file), table=f"{ns}.{topic}", fmt="json")
+    output, blocked, _ = plan_command(config, schema_file=str(schema_file), table=f"{ns}.{topic}", fmt="json",
+                                      topic=topic)
     assert blocked and json.loads(output)["plans"][0]["status"] == "failed"
 
     schemas = tmp_path / "schemas"
@@ -277,7 +281,7 @@ def test_check_junit_for_every_verdict_kind(client, registry_api_url, plan_catal
     assert ok.find("failure") is None and ok.find("error") is None
     assert ok.find("system-out").text.startswith("registry: compatible at ") and "+ note" in ok.find("system-out").text
     by_registry = cases[f"{broken}-value"].find("failure")
-    assert by_registry.get("message").startswith("registry: incompatible at ") and "version 1: " in by_registry.text
+    assert by_registry.get("message").startswith("registry: incompatible at ") and "version 1: BACKWARD: " in by_registry.text
     by_table = cases[f"{frozen}-value"].find("failure")
     assert by_table.get("message") == f"table {ns}.{frozen}: failed"
     assert "new_column" in by_table.text and by_table.text.count(f"{ns}.{frozen}") == 1
