@@ -25,10 +25,10 @@ from router.source.exceptions import OffsetsError, SourceOptionsError
 from router.source.fetch import coalesce, read_ranges
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
-    EARLIEST, LATEST, Offsets, Range, ResumePlan, advance, merge_end, normalize, pack_ranges, plan_ranges,
-    plan_limited, resume_start, tp_key,
+    EARLIEST, LATEST, Offsets, Range, ResumePlan, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
 )
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+from router.source.rewind import batch_ranges, next_end, open_rewinds, split_rewinds
 from router.source.schema import kafka_struct_type
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_records_per_trigger)
         return ReadAllAvailable()
 
+    def _opened(self, start: dict) -> dict:
+        """Rewind cursors to open in the first batch after a start (router/source/rewind.py)."""
+        if self._planned:
+            return {}
+        positions, rewinds = split_rewinds(start)
+        return {k: v for k, v in open_rewinds(positions, self._resume.backfill).items() if k not in rewinds}
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start = normalize(start)
         if self._target is not None:
@@ -123,10 +130,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             latest = self.metadata.latest()
             self._latest = latest
-        end = merge_end(start, latest)
-        if isinstance(limit, ReadMaxRows):
-            ranges, self._turn = plan_limited(start, end, limit.max_rows, self.options.catch_up, self._turn)
-            end = advance(start, ranges)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end, turn = next_end(start, latest, max_rows, self.options.catch_up, self._turn, self._opened(start))
+        if max_rows:
+            self._turn = turn
         return end
 
     def reportLatestOffset(self) -> dict | None:
@@ -135,10 +142,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading ----------------------------------------------------------
     def plan(self, start: dict, end: dict) -> list[Range]:
         """The ranges of a batch; the tables' offsets may move its start (router/driver/resume.py)."""
-        end = normalize(end)
-        begin = resume_start(normalize(start), end, self._resume, first=self._planned == 0)
+        start = normalize(start)
+        opened = self._opened(start)
+        begin, until = batch_ranges(start, normalize(end), opened)
+        rewinding = set(split_rewinds(start)[1]) | set(opened)  # read again on purpose: never skipped ahead
         self._planned += 1
-        return plan_ranges(begin, end)
+        return plan_ranges(resume_start(begin, until, self._resume, keep=rewinding), until)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ranges = self.plan(start, end)

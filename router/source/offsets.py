@@ -12,7 +12,7 @@ import heapq
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from router.source.exceptions import OffsetsError
 
@@ -298,7 +298,7 @@ class ResumePlan:
     """Start offsets decided from what the tables hold (router/driver/resume.py computes it on the driver)."""
 
     resume: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> offset
-    backfill: dict[str, int] = field(default_factory=dict)  # new tables' start, applied in the first batch
+    backfill: dict[str, int] = field(default_factory=dict)  # new and rolled-back tables: rewinds (source/rewind.py)
     notes: list[str] = field(default_factory=list)  # one line per topic: where it starts and why
 
     def to_json(self) -> str:
@@ -314,15 +314,14 @@ class ResumePlan:
                    {k: int(v) for k, v in doc.get("backfill", {}).items()})
 
 
-def resume_start(start: Mapping[str, int], end: Mapping[str, int], plan: ResumePlan, first: bool) -> Offsets:
-    """The offsets a batch really reads from: never below what every table holds (skip ahead);
-    in the first batch, as far back as a new table's backfill."""
+def resume_start(start: Mapping[str, int], end: Mapping[str, int], plan: ResumePlan,
+                 keep: Collection[str] = ()) -> Offsets:
+    """The offsets a batch really reads from: never below what every table holds (skip ahead),
+    except the partitions in ``keep`` (rewinds: read again on purpose, router/source/rewind.py)."""
     out = dict(start)
     for key, hi in end.items():
         lo = start.get(key, 0)
-        if key in plan.resume:
+        if key in plan.resume and key not in keep:
             lo = max(lo, plan.resume[key])
-        if first and key in plan.backfill:
-            lo = min(lo, plan.backfill[key])
         out[key] = min(lo, hi)
     return normalize(out)

@@ -19,6 +19,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.progress import property_name, stored_progress, tp_keys
 from router.driver.resume import plan_resume
 from router.source.offsets import ResumePlan, resume_start, split_key, tp_key
+from router.source.rewind import batch_ranges, next_end, open_rewinds
 from router.catalog import load_table
 from router.descriptors import STATS_ROW, TableResult
 from router.executor.tasks import process_partition
@@ -133,10 +134,18 @@ def test_start_positions_follow_the_tables(orders_job, catalog_config):  # noqa:
     assert plan.resume[f"{topic}/1"] == held_first.get(f"{topic}/1", 0)
     # rolled back since the job's last commit to it: read again in the first batch, past a checkpoint too
     assert plan.backfill == {f"{topic}/0": held_first.get(f"{topic}/0", 0), f"{topic}/1": held_first.get(f"{topic}/1", 0)}
-    assert resume_start({f"{topic}/0": 9, f"{topic}/1": 3}, {f"{topic}/0": 20, f"{topic}/1": 3}, plan, first=True) \
+    assert first_batch_from({f"{topic}/0": 9, f"{topic}/1": 3}, {f"{topic}/0": 20, f"{topic}/1": 3}, plan) \
         == {f"{topic}/0": held_first.get(f"{topic}/0", 0), f"{topic}/1": held_first.get(f"{topic}/1", 0)}
     assert f"{topic}/2" not in plan.resume  # no table holds it: the configured start applies
     assert any(f"{copy}" in note for note in plan.notes)
+
+
+def first_batch_from(checkpoint: dict, latest: dict, plan: ResumePlan) -> dict:
+    """Where the first batch after a start reads each partition from, as the source plans it."""
+    opened = open_rewinds(checkpoint, plan.backfill)
+    end, _ = next_end(checkpoint, latest, None, "turns", None, opened)
+    begin, until = batch_ranges(checkpoint, end, opened)
+    return resume_start(begin, until, plan, keep=set(opened))
 
 
 def test_new_route_backfills_from_the_configured_start(orders_job, catalog_config, registry_url):  # noqa: F811
@@ -149,8 +158,8 @@ def test_new_route_backfills_from_the_configured_start(orders_job, catalog_confi
     plan = plan_resume(grown.config, [(topic, 0)], {f"{topic}/0": 2}, {f"{topic}/0": 10})
     assert plan.backfill == {f"{topic}/0": 2} and plan.resume == {f"{topic}/0": 2}  # retention removed 0..1
     # with a checkpoint at 10, the first batch reads the new table's backlog, later ones do not rewind
-    assert resume_start({f"{topic}/0": 10}, {f"{topic}/0": 12}, plan, first=True) == {f"{topic}/0": 2}
-    assert resume_start({f"{topic}/0": 12}, {f"{topic}/0": 14}, plan, first=False) == {f"{topic}/0": 12}
+    assert first_batch_from({f"{topic}/0": 10}, {f"{topic}/0": 12}, plan) == {f"{topic}/0": 2}
+    assert resume_start({f"{topic}/0": 12}, {f"{topic}/0": 14}, plan) == {f"{topic}/0": 12}
     results, _ = run_batch(grown, [orders(enc, topic, range(2, 12))], 0)
     assert results[f"{ns}.late"].written == 10 and results[table].written == 2 and results[table].replayed == 8
     assert [r[0] for r in read(catalog_config, table, "_kafka_offset")] == list(range(12))
@@ -158,7 +167,7 @@ def test_new_route_backfills_from_the_configured_start(orders_job, catalog_confi
 
 def test_resume_start_skips_ahead_of_an_old_checkpoint():
     plan = ResumePlan({"t/0": 50, "t/1": 5}, {})
-    assert resume_start({"t/0": 10, "t/1": 8}, {"t/0": 40, "t/1": 9}, plan, first=True) == {"t/0": 40, "t/1": 8}
+    assert resume_start({"t/0": 10, "t/1": 8}, {"t/0": 40, "t/1": 9}, plan) == {"t/0": 40, "t/1": 8}
     assert ResumePlan.from_json(plan.to_json()).resume == plan.resume
 
 

@@ -1,0 +1,86 @@
+"""Rewinds (new tables' backfills, rolled-back tables) read in bounded batches, quiet topics included:
+the pure planning functions, then real Spark queries against a real broker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from router.source import KafkaSourceOptions, kafka_stream
+from router.source.offsets import ResumePlan
+from router.source.rewind import REWIND_PREFIX, next_end, open_rewinds, rewind_ranges, split_rewinds
+
+from .kafka_helpers import create_topics, produce
+from .test_stream import BatchLog, checkpoint_offsets, expected_offsets, run_available_now
+
+
+def drain(start: dict, latest: dict, backfill: dict, limit: int | None) -> list[list[tuple]]:
+    """Batches (ranges) a source plans from a checkpoint `start` until the document stops changing."""
+    opened, batches, turn = open_rewinds(start, backfill), [], None
+    while True:
+        end, turn = next_end(start, latest, limit, "even", turn, opened)
+        if end == start:
+            return batches
+        batches.append(sorted(r.as_tuple() for r in rewind_ranges(start, end, opened)))
+        start, opened = end, {}
+
+
+def test_a_quiet_partition_is_read_again_in_bounded_batches():
+    batches = drain({"t/0": 100, "u/0": 7}, {"t/0": 100, "u/0": 7}, {"t/0": 0}, limit=30)
+    assert batches == [[("t", 0, 0, 30)], [("t", 0, 30, 60)], [("t", 0, 60, 90)], [("t", 0, 90, 100)]]
+
+
+def test_the_cursor_shares_the_limit_and_the_position_waits_for_it():
+    batches = drain({"t/0": 50, "u/0": 0}, {"t/0": 60, "u/0": 40}, {"t/0": 10}, limit=40)
+    assert batches[0] == [("t", 0, 10, 30), ("u", 0, 0, 20)]  # shared evenly, the cursor first
+    assert batches[1] == [("t", 0, 30, 50), ("u", 0, 20, 40)]
+    assert batches[2] == [("t", 0, 50, 60)]  # the cursor closed: the partition goes on from its position
+    reached = {(t, p): until for batch in batches for t, p, _, until in batch}
+    assert reached == {("t", 0): 60, ("u", 0): 40}
+
+
+def test_without_a_limit_one_batch_reads_from_the_cursor_to_the_end():
+    assert drain({"t/0": 50}, {"t/0": 60}, {"t/0": 10}, limit=None) == [[("t", 0, 10, 60)]]
+
+
+def test_no_rewind_where_the_checkpoint_is_not_past_the_backfill():
+    assert open_rewinds({"t/0": 5, "t/1": 3}, {"t/0": 5, "t/1": 9, "x/0": 0}) == {}
+    assert drain({"t/0": 5}, {"t/0": 5}, {"t/0": 5}, limit=10) == []
+
+
+def test_cursor_keys_cannot_be_topics():
+    end, _ = next_end({"t/0": 100}, {"t/0": 100}, 10, "even", None, {"t/0": 0})
+    assert end == {f"{REWIND_PREFIX}t/0": 10, "t/0": 100}
+    assert split_rewinds(end) == ({"t/0": 100}, {"t/0": 10})
+
+
+@pytest.mark.slow
+def test_a_backfill_runs_on_a_quiet_topic_in_batches_of_the_limit(spark, kafka_bootstrap, kafka_client_config, uid,
+                                                                   tmp_path):
+    """The checkpoint stands at the end of a topic that receives nothing more; a new table needs it
+    from offset 0: the query runs anyway, in batches of at most the limit, and a restart in the middle
+    goes on where the rewind was."""
+    topic = f"quiet-{uid}"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 2)
+    produce(kafka_bootstrap, kafka_client_config, [topic], 2, 40)
+    options = KafkaSourceOptions(kafka_bootstrap, topics=(topic,), client_config=kafka_client_config,
+                                 max_records_per_trigger=30)
+    checkpoint = tmp_path / "ck"
+    first = BatchLog()
+    run_available_now(kafka_stream(spark, options, force_python=True), checkpoint, first)
+    assert sum(t.num_rows for t in first.tables.values()) == 80
+
+    backfill = ResumePlan(resume={}, backfill={f"{topic}/0": 0, f"{topic}/1": 0}).to_json()
+    again = BatchLog()
+    run_available_now(kafka_stream(spark, options, force_python=True, resume_json=backfill), checkpoint, again)
+    sizes = [t.num_rows for t in again.tables.values()]
+    assert all(0 < n <= 30 for n in sizes) and len(sizes) == 3, sizes
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in again.rows())
+    assert got == expected_offsets([topic], 2, 0, 40)
+    last = json.loads(checkpoint_offsets(checkpoint)[max(checkpoint_offsets(checkpoint))])
+    assert last == {f"{topic}/0": 40, f"{topic}/1": 40}  # every cursor closed
+
+    idle = BatchLog()  # no backfill asked, nothing new: no batch
+    run_available_now(kafka_stream(spark, options, force_python=True), checkpoint, idle)
+    assert sum(t.num_rows for t in idle.tables.values()) == 0
