@@ -17,6 +17,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from router.devstack import LOCAL_EXTRA_HINT, missing_local_stack  # noqa: E402
+
+if missing_local_stack():
+    sys.exit(f"stack.py: the local stack needs {LOCAL_EXTRA_HINT} (missing: {', '.join(missing_local_stack())})")
+
 from router.devstack.exceptions import DevStackError  # noqa: E402
 from router.devstack.stack import LocalStack, default_stack_dir  # noqa: E402
 

