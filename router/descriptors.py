@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from evolution.policy import PolicySet
 from registry.config import RegistryConfig
@@ -98,6 +99,8 @@ class TableResult:
     # Upsert parts of other tasks, committed after this one in their own snapshots (two tasks may carry
     # one key; each commit replaces the rows the one before it left, so the last commit's image stays).
     later: list = field(default_factory=list)
+    oldest_ms: int | None = None  # Kafka timestamp (ms) of the oldest record written: the commit's freshness
+    reasons: dict = field(default_factory=dict)  # dead-letter table only: error class -> rows
 
     @property
     def has_work(self) -> bool:
@@ -113,6 +116,13 @@ class TableResult:
     def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
         progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
 
+    def note_times(self, timestamps: pa.Array) -> None:
+        """Keep the oldest Kafka timestamp of the rows written (metrics: commit time minus record time)."""
+        first = pc.min(timestamps).as_py() if len(timestamps) else None
+        if first is not None:
+            oldest = round(first.timestamp() * 1000)
+            self.oldest_ms = oldest if self.oldest_ms is None else min(self.oldest_ms, oldest)
+
     def merge(self, other: "TableResult") -> None:
         if self.upsert is not None or other.upsert is not None:
             self._keep_part(other)
@@ -121,6 +131,10 @@ class TableResult:
             self.rows += other.rows
             progress.widen(self.offsets, other.offsets)
         self.schema_ids |= other.schema_ids
+        if other.oldest_ms is not None:
+            self.oldest_ms = other.oldest_ms if self.oldest_ms is None else min(self.oldest_ms, other.oldest_ms)
+        for reason, rows in other.reasons.items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + rows
         self.changes += [c for c in other.changes if c not in self.changes]
         self.failure = self.failure or other.failure
         self.dead_letters += other.dead_letters

@@ -43,6 +43,12 @@ class ConfigError(RouterError):
     exit_code = 2
 
 
+class SchemaFileError(ConfigError):
+    """A schema file that is not a schema (binary, not UTF-8): `plan` and `check` call it blocked."""
+
+    exit_code = 1  # refused like a blocked change: the job could never take it
+
+
 class ServiceUnavailable(RouterError):
     """A service `plan` or `check` needs (schema registry, Iceberg catalog) could not be reached,
     timed out or refused us: nothing was decided, which a CI gate must tell apart from "blocked"."""

@@ -26,8 +26,8 @@ from router.devstack.exceptions import (
 )
 from router.devstack.registry_compat import SchemaInvalid
 from router.exceptions import (
-    CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, RowLevelError, ServiceUnavailable,
-    TableNameError, TransientError, UnsupportedLocation,
+    CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, RowLevelError, SchemaFileError,
+    ServiceUnavailable, TableNameError, TransientError, UnsupportedLocation,
 )
 from router.source.exceptions import (
     BrokerError, OffsetsError, ReadStalledError, SourceError, SourceOptionsError,
@@ -50,6 +50,7 @@ EXAMPLES = [
     DecodeError("EOF", schema_id=7, topic="t", partition=2, offset=1234, index=5),
     RouterError("failed", table="db.t", route="r1", offset=None),
     ConfigError("unknown key", path="job.nme"),
+    SchemaFileError("schema file x.avsc is not UTF-8 text", path="schemas/x.avsc"),
     ServiceUnavailable("could not reach the schema registry", service="schema registry", url="http://r"),
     RouteError("no rule matched", topic="t", partition=0, offset=5),
     TableNameError("outside the allowed namespaces", table="x.t"),

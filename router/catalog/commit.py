@@ -68,6 +68,8 @@ class CommitOutcome:
     where: str = "driver"  # driver | task
     deleted_rows: int = 0  # upsert tables: rows this commit deleted (replaced or removed keys)
     delete_files: int = 0  # upsert tables: position-delete files this commit added
+    bytes: int = 0  # data and delete files' bytes this commit added
+    oldest_record: float | None = None  # the oldest written record's Kafka timestamp (epoch seconds)
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
 
@@ -115,7 +117,8 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     if result.later:  # upsert parts of several tasks: one snapshot each, in turn (router/descriptors.py)
         return _commit_parts(catalog, result, job, batch_id, retries, maintenance, drill, where)
     outcome = CommitOutcome(result.table, "failed", rows=result.rows, files=len(result.data_files), where=where,
-                            offsets=dict(result.offsets))
+                            offsets=dict(result.offsets), bytes=sum(f.file_size_in_bytes for f in result.data_files),
+                            oldest_record=result.oldest_ms / 1000 if result.oldest_ms is not None else None)
     if not result.has_work and not result.settled:
         outcome.status = "empty"
         return outcome
@@ -157,6 +160,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             outcome.status = "committed"
             outcome.deleted_rows = sum(f.record_count for f in deletes)
             outcome.delete_files = len(deletes)
+            outcome.bytes += sum(f.file_size_in_bytes for f in deletes)
             outcome.snapshot_id = table.metadata.current_snapshot_id
             outcome.expired = len(expire)
             outcome.committed_at = time.time()
@@ -213,6 +217,9 @@ def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retri
         total.expired += outcome.expired
         total.deleted_rows += outcome.deleted_rows
         total.delete_files += outcome.delete_files
+        total.bytes += outcome.bytes
+        if outcome.oldest_record is not None:
+            total.oldest_record = min(filter(None, (total.oldest_record, outcome.oldest_record)))
         if outcome.status == "failed":
             total.status, total.error, total.transient = "failed", outcome.error, outcome.transient
             break

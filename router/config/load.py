@@ -20,7 +20,8 @@ from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.config.model import (
-    CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, RouteConfig, RouterConfig, TablesConfig,
+    CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig,
+    TablesConfig,
 )
 from router.config.reader import Section, interpolate
 from router.exceptions import ConfigError
@@ -152,7 +153,7 @@ def _catalog(data: Any, base: Path) -> CatalogConfig:
 
 def _job(data: Any, base: Path) -> JobConfig:
     s = Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
-                              "commit_retries", "spark", "fused_read", "commit_in_tasks"))
+                              "commit_retries", "spark", "fused_read", "commit_in_tasks", "metrics"))
     name = s.get("name", "icerouter", str)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
@@ -163,7 +164,16 @@ def _job(data: Any, base: Path) -> JobConfig:
     return JobConfig(name, checkpoint, float(s.positive("trigger_seconds", 10.0, float)),
                      str((base / status).resolve()) if status else None,
                      s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
-                     bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)))
+                     bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)),
+                     _metrics(s.get("metrics", None, dict)))
+
+
+def _metrics(data: Any) -> MetricsConfig:
+    s = Section(data, "job.metrics", ("port", "host"))
+    port = s.get("port", None, int)
+    if port is not None and not 0 <= port <= 65535:
+        raise ConfigError(f"job.metrics.port: {port} is not a TCP port (0-65535; 0 picks a free one)")
+    return MetricsConfig(port, s.get("host", "0.0.0.0", str))
 
 
 TABLES_KEYS = ("auto_create", "default_namespace", "allowed_namespaces", "partition_by", "properties",

@@ -74,6 +74,14 @@ def _ensure_local_dirs(props: Mapping[str, str]) -> None:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The driver's Prometheus endpoint (router/driver/metrics.py); off unless a port is given."""
+
+    port: int | None = None
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str = "icerouter"
     checkpoint: str = ".icerouter/checkpoint"
@@ -84,6 +92,7 @@ class JobConfig:
     spark: Mapping[str, Any] = field(default_factory=dict)
     fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
     commit_in_tasks: bool = True  # a task commits the tables it wrote (router/executor/tasks.py)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 @dataclass(frozen=True)

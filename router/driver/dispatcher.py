@@ -25,7 +25,8 @@ from router.descriptors import DispatchContext, TableResult, decode_descriptors,
 from router.driver.commits import CommitReport, commit_all
 from router.driver.fused_stream import redirect_pass
 from router.driver.housekeeping import BackgroundMaintenance
-from router.driver.status import BatchStats, query_lag, write_status
+from router.driver.metrics import JobMetrics
+from router.driver.status import BatchStats, partition_lag, write_status
 from router.exceptions import is_transient
 from router.faults import drill
 from router.catalog.dead_letter_table import ensure_dead_letter_table
@@ -70,6 +71,10 @@ class Dispatcher:
         self.fused = fused_options
         self.handoff_file = handoff_file
         self.spark = spark
+        self.last_dead_letters: dict[str, int] = {}  # error class -> rows the last batch dead-lettered
+        # Prometheus metrics (router/driver/metrics.py) when job.metrics.port is set; run() serves them
+        self.metrics = JobMetrics(config.job.name, lag=lambda: partition_lag(self.spark, config.job.name)) \
+            if config.job.metrics.port is not None else None
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
         dlq_producer = None
@@ -152,6 +157,7 @@ class Dispatcher:
             report.outcomes += dlq_report.outcomes
             if dlq_report.committed and dlq_result.data_files:
                 stats.dead_letters = dlq_result.rows
+                self.last_dead_letters = dict(dlq_result.reasons)
         stats.commit_seconds = time.perf_counter() - t_commit
 
         for outcome in report.committed:
@@ -213,7 +219,11 @@ class Dispatcher:
                           "dead-letter table until the job restarts", table, streak, reason)
 
     def record(self, stats: BatchStats) -> None:
-        stats.lag = query_lag(self.spark, self.config.job.name)
+        lags = partition_lag(self.spark, self.config.job.name)
+        stats.lag = None if lags is None else sum(lags.values())
+        if self.metrics is not None:
+            self.metrics.observe_batch(stats, self.last_outcomes, self.last_dead_letters, len(self.quarantined))
+        self.last_dead_letters = {}
         self.history.append(stats)
         self.history = self.history[-100:]
         self.totals["rows"] += stats.rows_written

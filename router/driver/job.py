@@ -167,6 +167,8 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
         write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
                                  handoff_file=handoff_file, spark=spark, listeners=listeners)
+    if getattr(dispatcher, "metrics", None) is not None:
+        dispatcher.metrics.serve(config.job.metrics.port, config.job.metrics.host)
     if fused:
         stream = fused_stream(spark, options, dispatcher.context(-1), handoff_file, resume)
     else:

@@ -37,8 +37,9 @@ class BatchStats:
                 + " ".join(f"{k} {v:.2f}s" for k, v in self.task_seconds.items()))
 
 
-def query_lag(spark, query_name: str) -> int | None:
-    """Records between the last planned end offsets and the latest ones (the query's last progress)."""
+def partition_lag(spark, query_name: str) -> dict[str, int] | None:
+    """Records per topic-partition between the last planned end offsets and the latest ones (the
+    query's last progress); rewind cursors (router/source/rewind.py) are not partitions."""
     try:
         query = next((q for q in spark.streams.active if q.name == query_name), None) if spark is not None else None
         progress = query.lastProgress if query is not None else None
@@ -50,9 +51,15 @@ def query_lag(spark, query_name: str) -> int | None:
         end = json.loads(end) if isinstance(end, str) else end
         if not isinstance(latest, dict) or not isinstance(end, dict):
             return None
-        return sum(max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items())
+        return {k: max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items() if not k.startswith("#")}
     except Exception:  # progress is best effort, never a reason to fail a batch
         return None
+
+
+def query_lag(spark, query_name: str) -> int | None:
+    """Records between the last planned end offsets and the latest ones, over every partition."""
+    lags = partition_lag(spark, query_name)
+    return None if lags is None else sum(lags.values())
 
 
 def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict) -> None:

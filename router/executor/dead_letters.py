@@ -113,4 +113,7 @@ def write_dead_letters(ctx: DispatchContext, source: pa.Table, letters: list[Dea
     files = write_data_files(table, batch)
     result.data_files += files
     result.rows += batch.num_rows
+    for entry in pc.value_counts(batch.column("error_class")).to_pylist():  # metrics: dead letters by reason
+        reason = entry["values"] or "unknown"
+        result.reasons[reason] = result.reasons.get(reason, 0) + entry["counts"]
     progress.cover(letter_keys, batch.column("offset"), result.offsets)

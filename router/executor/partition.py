@@ -358,6 +358,7 @@ class PartitionWriter:
             rows = pa.concat_arrays(written_rows)
             result.data_files += files
             result.rows += data.num_rows
+            result.note_times(pc.take(self.source.column("timestamp"), rows))
             result.cover(pc.take(self.source.column("topic"), rows), pc.take(self.source.column("partition"), rows),
                          pc.take(self.source.column("offset"), rows))
         except Exception as exc:  # one bad table must not stop the others: dead-letter its records

@@ -126,6 +126,7 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
         if len(changes) or len(changes.consumed):
             change_sets.append(changes)
             result.cover(*_coordinates(source, np.concatenate([changes.rows, changes.consumed])))
+            result.note_times(pc.take(source.column("timestamp"), pa.array(changes.rows, pa.int64())))
         if item.schema_id != TOMBSTONES and len(changes):
             result.schema_ids.add(item.schema_id)
     if not any(len(c) for c in change_sets) or table is None:

@@ -22,7 +22,7 @@ from evolution.avro import avro_field_aliases, avro_to_iceberg
 from evolution.changes import MappedSchema
 from evolution.exceptions import EvolutionError
 from evolution.jsonschema import jsonschema_to_iceberg
-from router.exceptions import ConfigError
+from router.exceptions import ConfigError, SchemaFileError
 
 __all__ = ["AVRO", "JSON_SCHEMA", "SCHEMA_SUFFIXES", "SchemaInput", "map_schema", "detect_schema_type",
            "subject_topic", "file_subject", "parse_subject", "read_schema_file", "load_schema_file",
@@ -32,12 +32,6 @@ AVRO, JSON_SCHEMA = "AVRO", "JSON"
 SCHEMA_SUFFIXES = {".avsc": AVRO, ".avro": AVRO, ".json": None}
 #: an Avro schema may be a bare (quoted or not) type name such as `string` or `shop.Order`
 BARE_NAME = re.compile(r'"?[A-Za-z_][A-Za-z0-9_.]*"?')
-
-
-class SchemaFileError(ConfigError):
-    """A schema file that cannot be read as a schema (binary, not UTF-8, not JSON)."""
-
-    exit_code = 1  # the schema is refused, like a blocked change: the job could never take it
 
 
 def map_schema(schema_str: str, schema_type: str = AVRO, source: str | None = None) -> MappedSchema:

@@ -1,0 +1,147 @@
+"""Prometheus metrics of the job, served by the driver (``job.metrics.port``; off by default).
+
+Why on the driver: every table's commit outcome (those the tasks made included)
+reaches the driver's dispatcher after each batch, with the batch's phase times,
+its dead letters by reason and the source's lag per partition. One update per
+batch, a few dictionary operations per table: nothing on the record path.
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds``,
+``_bytes``); labels stay bounded: a table label (one per table, fine at 1,000
+tables), topic and partition for lag, the dead-letter reason (an error class, a
+short fixed list), the batch phase and where a commit ran. No offsets or record
+values in labels. Each job serves its own registry, so tests can run several.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from router.source.offsets import split_key
+
+log = logging.getLogger("icerouter.metrics")
+
+#: commit durations: from a ~5 ms commit of a small table to a slow catalog
+COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: commit time minus record time: seconds-fresh tables to a backlog being read
+FRESHNESS_BUCKETS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+
+
+class _SinceLastCommit:
+    """``icerouter_table_seconds_since_last_commit``: computed at scrape time from the last commit."""
+
+    def __init__(self, last: Mapping[str, float]) -> None:
+        self.last = last
+
+    def collect(self):
+        family = GaugeMetricFamily("icerouter_table_seconds_since_last_commit",
+                                   "Seconds since the table's last commit by this job", labels=["table"])
+        now = time.time()
+        for table, at in sorted(self.last.items()):
+            family.add_metric([table], max(0.0, now - at))
+        yield family
+
+
+class _PartitionLag:
+    """``icerouter_partition_lag_records``: read from the query's last progress at scrape time, so an
+    idle job (no batch to report) still shows where each partition stands."""
+
+    def __init__(self, source: Callable[[], Mapping[str, int] | None]) -> None:
+        self.source = source
+
+    def collect(self):
+        family = GaugeMetricFamily("icerouter_partition_lag_records",
+                                   "Records between the last batch's end offset and the latest offset",
+                                   labels=["topic", "partition"])
+        for key, records in sorted((self.source() or {}).items()):
+            topic, partition = split_key(key)
+            family.add_metric([topic, str(partition)], records)
+        yield family
+
+
+class JobMetrics:
+    """The job's metrics; `observe_batch` is called by the dispatcher after each batch."""
+
+    def __init__(self, job: str, registry: CollectorRegistry | None = None,
+                 lag: Callable[[], Mapping[str, int] | None] | None = None) -> None:
+        self.job = job
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.last_commit: dict[str, float] = {}
+        self.commit_seconds = Histogram("icerouter_commit_duration_seconds", "Duration of one table's commit",
+                                        ["where"], buckets=COMMIT_BUCKETS, registry=r)
+        self.rows = Counter("icerouter_rows_committed", "Rows committed to a table", ["table"], registry=r)
+        self.files = Counter("icerouter_files_committed", "Files committed to a table (data or position deletes)",
+                             ["table", "content"], registry=r)
+        self.bytes = Counter("icerouter_bytes_committed", "Bytes of the files committed to a table", ["table"],
+                             registry=r)
+        self.deleted = Counter("icerouter_rows_deleted", "Rows an upsert table's commits deleted", ["table"],
+                               registry=r)
+        self.failures = Counter("icerouter_commit_failures", "Table commits that failed (after retries)",
+                                ["table"], registry=r)
+        self.retries = Counter("icerouter_commit_retries", "Commit attempts beyond the first (conflicts)",
+                               ["table"], registry=r)
+        self.last_commit_time = Gauge("icerouter_table_last_commit_timestamp_seconds",
+                                      "Unix time of the table's last commit by this job", ["table"], registry=r)
+        r.register(_SinceLastCommit(self.last_commit))
+        self.freshness = Histogram("icerouter_record_freshness_seconds",
+                                   "Commit time minus the Kafka timestamp of the oldest record of each table commit",
+                                   buckets=FRESHNESS_BUCKETS, registry=r)
+        self.dead_letters = Counter("icerouter_dead_letters", "Rows written to the dead-letter table", ["reason"],
+                                    registry=r)
+        if lag is not None:
+            r.register(_PartitionLag(lag))
+        self.phase = Counter("icerouter_batch_phase_seconds", "Seconds spent per batch phase (task phases summed "
+                             "over tasks)", ["phase"], registry=r)
+        self.batches = Counter("icerouter_batches", "Micro-batches processed", registry=r)
+        self.records = Counter("icerouter_records_read", "Kafka records read", registry=r)
+        self.quarantined = Gauge("icerouter_tables_quarantined", "Tables quarantined (records dead-lettered)",
+                                 registry=r)
+        self.info = Gauge("icerouter_job_info", "The job this process runs", ["job"], registry=r)
+        self.info.labels(job=job).set(1)
+
+    def observe_commits(self, outcomes: Iterable) -> None:
+        for o in outcomes:
+            if o.status == "failed":
+                self.failures.labels(table=o.table).inc()
+            if o.attempts > 1:
+                self.retries.labels(table=o.table).inc(o.attempts - 1)
+            if o.status != "committed":
+                continue
+            self.commit_seconds.labels(where=o.where).observe(o.seconds)
+            self.rows.labels(table=o.table).inc(o.rows)
+            self.files.labels(table=o.table, content="data").inc(o.files)
+            if o.delete_files:
+                self.files.labels(table=o.table, content="position_deletes").inc(o.delete_files)
+            if o.deleted_rows:
+                self.deleted.labels(table=o.table).inc(o.deleted_rows)
+            self.bytes.labels(table=o.table).inc(o.bytes)
+            at = o.committed_at or time.time()
+            self.last_commit[o.table] = max(self.last_commit.get(o.table, 0.0), at)
+            self.last_commit_time.labels(table=o.table).set(self.last_commit[o.table])
+            if o.oldest_record is not None and o.rows:
+                self.freshness.observe(max(0.0, at - o.oldest_record))
+
+    def observe_batch(self, stats, outcomes: Iterable, dead_letters: Mapping[str, int],
+                      quarantined: int = 0) -> None:
+        self.batches.inc()
+        self.records.inc(stats.records)
+        self.observe_commits(outcomes)
+        for reason, rows in dead_letters.items():
+            self.dead_letters.labels(reason=reason).inc(rows)
+        for phase, seconds in (("dispatch", stats.dispatch_seconds), ("commit", stats.commit_seconds),
+                               *(("task_" + k, v) for k, v in stats.task_seconds.items())):
+            if seconds:
+                self.phase.labels(phase=phase).inc(seconds)
+        self.quarantined.set(quarantined)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Start the HTTP endpoint (a daemon thread); returns the port (0 picks a free one)."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        bound = server.server_address[1]
+        log.info("metrics: http://%s:%d/metrics", host, bound)
+        return bound
