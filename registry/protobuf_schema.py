@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import os
 import tempfile
 import threading
@@ -152,6 +153,8 @@ def _add_serialized(pool: descriptor_pool.DescriptorPool, protos: list, done: se
             if dep in by_name:
                 add(by_name[dep])
             elif dep.startswith(WKT_PREFIX) and dep not in done:
+                # the runtime's own copy (e.g. google.protobuf.timestamp_pb2 registers timestamp.proto)
+                importlib.import_module("google.protobuf." + dep[len(WKT_PREFIX):-len(".proto")] + "_pb2")
                 wkt = descriptor_pb2.FileDescriptorProto()
                 descriptor_pool.Default().FindFileByName(dep).CopyToProto(wkt)
                 add(wkt)
@@ -199,7 +202,13 @@ def load_protobuf(schema_str: str, references: Sequence[tuple[str, str]] = (), *
     try:
         main = _serialized(schema_str)
         if main is not None:
-            refs = [p for p in (_serialized(t) for _, t in references) if p is not None]
+            refs = []
+            for name, text in references:
+                ref = _serialized(text)
+                if ref is None:
+                    raise ValueError(f"reference {name!r} is not a serialized descriptor like the schema")
+                ref.name = name  # what the schema imports it as
+                refs.append(ref)
             main.name = main.name or MAIN_FILE
             _add_serialized(pool, refs + [main], set())
             fd = pool.FindFileByName(main.name)
