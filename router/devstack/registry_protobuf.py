@@ -42,7 +42,6 @@ TYPE_NAMES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "
               8: "bool", 9: "string", 10: "group", 11: "message", 12: "bytes", 13: "uint32", 14: "enum",
               15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
 _MESSAGE, _ENUM, _GROUP = 11, 14, 10
-_LABEL_REQUIRED = 2
 
 
 def parse_protobuf(text: str, references: Sequence[tuple[str, str]] = ()) -> tuple[ProtobufFile, str]:
@@ -113,8 +112,8 @@ def _field_problems(where: str, old: Any, new: Any) -> list[str]:
     if old.is_repeated != new.is_repeated and not (kinds[0] == "message" or WIRE_GROUPS.get(new.type) == "delimited"):
         problems.append(f"FIELD_NUMERIC_LABEL_CHANGED: {at}: "
                         f"{'repeated' if old.is_repeated else 'singular'} -> {'repeated' if new.is_repeated else 'singular'}")
-    if (old.label == _LABEL_REQUIRED) != (new.label == _LABEL_REQUIRED):
-        kind = "REQUIRED_FIELD_ADDED" if new.label == _LABEL_REQUIRED else "REQUIRED_FIELD_REMOVED"
+    if old.is_required != new.is_required:
+        kind = "REQUIRED_FIELD_ADDED" if new.is_required else "REQUIRED_FIELD_REMOVED"
         problems.append(f"{kind}: {at}")
     return problems
 
@@ -129,7 +128,7 @@ def _message_problems(name: str, old: Any, new: Any) -> list[str]:
         if nf is None:
             if _oneof(of) is not None:
                 problems.append(f"ONEOF_FIELD_REMOVED: {name}.{of.name} (field {number}) left oneof {_oneof(of)}")
-            elif of.label == _LABEL_REQUIRED:
+            elif of.is_required:
                 problems.append(f"REQUIRED_FIELD_REMOVED: {name}.{of.name} (field {number})")
             continue
         problems += _field_problems(name, of, nf)
@@ -142,7 +141,7 @@ def _message_problems(name: str, old: Any, new: Any) -> list[str]:
         elif len(numbers) > 1:
             problems.append(f"MULTIPLE_FIELDS_MOVED_TO_ONEOF: {name}: fields {numbers} moved into new oneof {oneof}")
     for number, nf in new_by_number.items():
-        if number not in old_by_number and nf.label == _LABEL_REQUIRED:
+        if number not in old_by_number and nf.is_required:
             problems.append(f"REQUIRED_FIELD_ADDED: {name}.{nf.name} (field {number})")
     return problems
 
