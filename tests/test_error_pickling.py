@@ -25,6 +25,7 @@ from router.devstack.exceptions import (
     StackStateError,
 )
 from router.devstack.registry_compat import SchemaInvalid
+from router.planning.inputs import SchemaFileError
 from router.exceptions import (
     CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, RowLevelError, ServiceUnavailable,
     TableNameError, TransientError, UnsupportedLocation,
@@ -50,6 +51,7 @@ EXAMPLES = [
     DecodeError("EOF", schema_id=7, topic="t", partition=2, offset=1234, index=5),
     RouterError("failed", table="db.t", route="r1", offset=None),
     ConfigError("unknown key", path="job.nme"),
+    SchemaFileError("schema file a.proto is not UTF-8 text"),
     ServiceUnavailable("could not reach the schema registry", service="schema registry", url="http://r"),
     RouteError("no rule matched", topic="t", partition=0, offset=5),
     TableNameError("outside the allowed namespaces", table="x.t"),

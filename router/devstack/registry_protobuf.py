@@ -6,7 +6,7 @@ whitespace and comments do not make a new schema id.
 
 Compatibility follows Confluent's Protobuf diff (``io.confluent.kafka.schemaregistry.
 protobuf.diff``): the *writer* file (original) is compared with the *reader* file (update);
-messages and enums are matched by full name, fields by number. BACKWARD checks
+messages are matched by name within the package, fields by number. BACKWARD checks
 reader = new against writer = old, FORWARD the other way round, FULL both. Incompatible:
 
 * ``PACKAGE_CHANGED``: the file's package differs;
@@ -59,7 +59,8 @@ def _messages(file: ProtobufFile) -> dict[str, Any]:
     def walk(desc: Any) -> None:
         if desc.GetOptions().map_entry:
             return
-        out[desc.full_name] = desc
+        package = desc.file.package
+        out[desc.full_name[len(package) + 1:] if package else desc.full_name] = desc  # a package change is its own rule
         for nested in desc.nested_types:
             walk(nested)
     for top in file.top:
