@@ -22,7 +22,8 @@ Rules, in short:
   table's identifier (key) columns are never relaxed (Iceberg wants them
   required): records without a key are refused by the caller instead;
 * an incoming field whose Avro ``aliases`` name an existing column renames that
-  column (field id kept) unless another incoming schema still uses the old name;
+  column (field id kept) unless another incoming schema still uses the old name; so does
+  a Protobuf field whose number (its doc, evolution/protobuf.py) is an existing column's;
 * under case-sensitive matching, a new field whose name differs from a sibling
   column only by case (``userid`` beside ``UserId``) is a ``case_conflict``
   violation handled like a type change: case-insensitive engines could not
@@ -46,6 +47,7 @@ from evolution.changes import (
     WidenColumn,
 )
 from evolution.policy import EvolutionPolicy, Mode
+from evolution.protobuf import doc_field_number
 
 __all__ = ["plan_evolution", "ALLOWED_PROMOTIONS", "can_promote"]
 
@@ -256,7 +258,25 @@ class _Planner:
                 return None
             tf.name = f.name
             return tf
-        return None
+        return self.renumbered(ts, inc, f, path, ipath)
+
+    def renumbered(self, ts: _Struct, inc: StructType, f: NestedField, path: Path,
+                   ipath: Path) -> _Field | None:
+        """A Protobuf field renamed under its number: the column with that number (its doc)."""
+        number = doc_field_number(f.doc)
+        if number is None:
+            return None
+        tf = next((t for t in ts.fields if not t.added and doc_field_number(t.doc) == number), None)
+        if tf is None or any(self.names_equal(g.name, tf.name) for g in inc.fields):
+            return None
+        if self.old_name_still_used(ipath + (tf.name,)):
+            self.notes.append(f"{'.'.join(path + (tf.name,))}: not renamed to {f.name!r}, "
+                              f"another incoming schema still uses {tf.name!r}")
+            return None
+        if not self.allow("rename", path + (tf.path_name,), f"rename to {f.name!r} (protobuf field {number})"):
+            return None
+        tf.name = f.name
+        return tf
 
     def old_name_still_used(self, ipath: Path) -> bool:
         dotted = ".".join(ipath)

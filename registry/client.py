@@ -218,16 +218,19 @@ class CachedRegistry:
         except SchemaNotFound:  # 40401 / 40408: no subject-level config
             return self._call(lambda: self._client.get_compatibility(), subject=subject)
 
-    def _references(self, schema: Schema, ref: int | str, depth: int = 0) -> list[str]:
-        """Schema texts of everything ``schema`` references, dependencies first."""
-        out: list[str] = []
+    def _references(self, schema: Schema, ref: int | str, depth: int = 0) -> list[tuple[str, str]]:
+        """(reference name, schema text) of everything ``schema`` references, dependencies first.
+
+        The name is what the referencing schema calls it: a Protobuf import path, an Avro
+        type name."""
+        out: list[tuple[str, str]] = []
         if depth > 32:
             raise RegistryError("schema references nested too deeply", schema_id=ref)
         for r in getattr(schema, "references", None) or []:
             reg = self._call(lambda r=r: self._client.get_version(r.subject, r.version),
                              schema_id=ref, subject=r.subject)
             out.extend(self._references(reg.schema, ref, depth + 1))
-            out.append(reg.schema.schema_str)
+            out.append((r.name, reg.schema.schema_str))
         return out
 
     def artifacts(self, ref: int | str) -> SchemaArtifacts:
@@ -241,6 +244,8 @@ class CachedRegistry:
             if cached is not None:
                 return cached
             refs = self._references(schema, ref)
+            if (schema.schema_type or "AVRO").upper() != "PROTOBUF":
+                refs = [text for _, text in refs]  # Avro references are inlined by their text
             art = build_artifacts(ref, schema.schema_type, schema.schema_str, refs,
                                   columnar=self.columnar)
             self._artifacts[ref] = art

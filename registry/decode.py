@@ -10,7 +10,7 @@ error class the router maps to ignore / dead-letter / retry:
     schema_not_found      registry answered 404 for the id / GUID
     registry_unavailable  registry unreachable after retries (transient)
     registry_error        other registry answer (401, 422...)
-    unsupported_schema    schema type or shape we cannot decode (e.g. PROTOBUF)
+    unsupported_schema    schema type or shape we cannot decode (e.g. a recursive type)
     decode_error          payload does not decode with its writer schema
     invalid_utf8          key mode "string" and bytes are not UTF-8
 """
@@ -22,12 +22,13 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import pyarrow as pa
 
-from registry.artifacts import SchemaArtifacts
+from registry.artifacts import PROTOBUF, SchemaArtifacts, protobuf_message_artifacts
 from registry.client import CachedRegistry
 from registry.exceptions import (
     DecodeError, RegistryError, RegistryUnavailable, SchemaNotFound, UnsupportedSchemaType,
     WireFormatError,
 )
+from registry.protobuf_decode import split_messages
 from registry.wire import (
     KEY_SCHEMA_ID_HEADER, TOMBSTONE, VALUE_SCHEMA_ID_HEADER, SchemaRef, as_binary_array,
     split_frames, take_rows,
@@ -138,13 +139,52 @@ def decode_values(registry: CachedRegistry, values: Any, *,
             result.failures.extend(DecodeFailure(int(i), group.ref, cls, str(exc), transient, exc)
                                    for i in group.indices)
             continue
-        batch, positions, bad = art.decoder.decode(take_rows(arr, group.indices), group.skip)
+        rows = take_rows(arr, group.indices)
+        if art.schema_type == PROTOBUF:
+            groups += _protobuf_groups(group.ref, art, rows, group.indices, group.skip, result)
+            continue
+        batch, positions, bad = art.decoder.decode(rows, group.skip)
         groups.append(DecodedGroup(group.ref, art, batch, group.indices[positions]))
         result.failures.extend(DecodeFailure(int(group.indices[pos]), group.ref, "decode_error",
                                              reason, False) for pos, reason in bad)
     result.groups = _merge(groups)
     result.failures.sort(key=lambda f: f.index)
     return result
+
+
+def _protobuf_groups(ref: SchemaRef, art: SchemaArtifacts, rows: pa.Array, indices: np.ndarray,
+                     skip: int, result: DecodeResult) -> list[DecodedGroup]:
+    """Rows of one Protobuf schema, decoded per message their message indexes name.
+
+    One message per schema id and batch (the table decisions are taken per schema id):
+    rows naming another message than the batch's first are dead-lettered with the reason."""
+    def fail(positions: Any, cls: str, reason: str) -> None:
+        result.failures.extend(DecodeFailure(int(indices[p]), ref, cls, reason, False) for p in positions)
+
+    by_message, bad = split_messages(rows, skip)
+    for pos, reason in bad:
+        fail([pos], "decode_error", reason)
+    out: list[DecodedGroup] = []
+    for idx, positions in sorted(by_message.items(), key=lambda kv: kv[1][0]):
+        try:
+            message_art = protobuf_message_artifacts(art, idx)
+        except DecodeError as exc:
+            fail(positions, "decode_error", exc.reason)
+            continue
+        except UnsupportedSchemaType as exc:
+            fail(positions, "unsupported_schema", str(exc))
+            continue
+        if out:
+            fail(positions, "decode_error", f"message {message_art.parsed.descriptor.full_name} "
+                 f"{list(idx)} in a batch whose schema {ref} records use {out[0].artifacts.parsed.descriptor.full_name}"
+                 " (one message per schema id and batch)")
+            continue
+        pos_arr = np.asarray(positions, dtype=np.int64)
+        batch, ok, bad_rows = message_art.decoder.decode(take_rows(rows, pos_arr), skip)
+        out.append(DecodedGroup(ref, message_art, batch, indices[pos_arr[ok]]))
+        result.failures.extend(DecodeFailure(int(indices[pos_arr[p]]), ref, "decode_error", reason, False)
+                               for p, reason in bad_rows)
+    return out
 
 
 def decode_keys(registry: CachedRegistry | None, keys: Any,

@@ -3,6 +3,10 @@
 Avro verdicts come from Apache Avro's own ``ReaderWriterCompatibilityChecker``
 (PyPI ``avro`` 1.12), so they match what a real reader does.
 
+Protobuf verdicts follow Confluent's Protobuf diff rules, named in
+router/devstack/registry_protobuf.py (field numbers, wire-compatible scalar groups,
+removed messages, oneofs, proto2 ``required``).
+
 JSON Schema verdicts use a small documented rule set (``json_reader_problems``),
 applied to object schemas, recursively through ``properties``:
 
@@ -17,9 +21,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Sequence
 
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+from router.devstack.registry_protobuf import parse_protobuf, protobuf_reader_problems
 
 #: Which directions each level checks, and whether against all versions.
 #: Direction "backward": the new schema reads data of the old one.
@@ -35,7 +42,7 @@ LEVELS: MappingProxyType = MappingProxyType(
     }
 )
 
-SCHEMA_TYPES = ("AVRO", "JSON")
+SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
 
 
 class SchemaInvalid(ValueError):
@@ -52,10 +59,19 @@ class ParsedSchema:
     parsed: object
 
 
-def parse_schema(text: str, schema_type: str = "AVRO") -> ParsedSchema:
-    """Validate ``text``; whitespace and JSON key order do not change identity."""
+def parse_schema(text: str, schema_type: str = "AVRO",
+                 references: Sequence[tuple[str, str]] = ()) -> ParsedSchema:
+    """Validate ``text``; whitespace and JSON key order do not change identity.
+
+    ``references``: (import name, schema text) of what a Protobuf schema imports."""
     if schema_type not in SCHEMA_TYPES:
         raise SchemaInvalid(f"unsupported schemaType {schema_type!r}")
+    if schema_type == "PROTOBUF":
+        try:
+            file, digest = parse_protobuf(text, references)
+        except ValueError as exc:
+            raise SchemaInvalid(f"invalid Protobuf schema: {exc}") from exc
+        return ParsedSchema(schema_type, text, "PROTOBUF:" + digest, file)
     try:
         obj = json.loads(text)
     except (TypeError, ValueError) as exc:
@@ -113,6 +129,8 @@ def reader_problems(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
         return [f"schema type changed from {writer.schema_type} to {reader.schema_type}"]
     if reader.schema_type == "AVRO":
         return avro_reader_problems(reader.parsed, writer.parsed)
+    if reader.schema_type == "PROTOBUF":
+        return protobuf_reader_problems(reader.parsed, writer.parsed)
     return json_reader_problems(reader.parsed, writer.parsed)
 
 

@@ -8,6 +8,7 @@ with Confluent's error codes.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -102,15 +103,36 @@ class RegistryStore:
             raise RegistryStoreError(500, 50001, f"Error in the backend data store: {exc}") from exc
 
     # -- helpers -----------------------------------------------------------
-    @staticmethod
-    def _parse(body: dict) -> tuple[ParsedSchema, list]:
+    def _parse(self, body: dict) -> tuple[ParsedSchema, list]:
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise _err(422, 42201, "Invalid schema: request body needs a 'schema' string")
+        refs = list(body.get("references") or [])
+        kind = body.get("schemaType") or "AVRO"
+        with self._lock:
+            texts = self._reference_texts(refs) if kind == "PROTOBUF" else ()
         try:
-            parsed = parse_schema(body["schema"], body.get("schemaType") or "AVRO")
+            parsed = parse_schema(body["schema"], kind, texts)
         except SchemaInvalid as exc:
             raise _err(422, 42201, f"Invalid schema {exc}") from exc
-        return parsed, list(body.get("references") or [])
+        return parsed, refs
+
+    def _reference_texts(self, refs: list, depth: int = 0) -> list[tuple[str, str]]:
+        """(import name, schema text) of the references and theirs, dependencies first."""
+        if depth > 32:
+            raise _err(422, 42201, "Invalid schema: references nested too deeply")
+        out: list[tuple[str, str]] = []
+        for ref in refs:
+            try:
+                v = self._version(ref["subject"], ref.get("version", "latest"))
+            except (KeyError, TypeError):
+                raise _err(422, 42201, f"Invalid schema: bad reference {ref!r}") from None
+            except RegistryApiError:
+                raise _err(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names "
+                           f"{ref.get('subject')!r} version {ref.get('version')}, which does not exist") from None
+            rec = self.state.schemas[v.id]
+            out += self._reference_texts(rec.get("references") or [], depth + 1)
+            out.append((ref.get("name") or ref["subject"], rec["schema"]))
+        return out
 
     def _versions(self, subject: str, deleted: bool = False) -> list[_Version]:
         versions = [v for v in self.state.subjects.get(subject, []) if deleted or not v.deleted]
@@ -147,7 +169,9 @@ class RegistryStore:
         parsed = self._parsed_cache.get(schema_id)
         if parsed is None:
             rec = self.state.schemas[schema_id]
-            parsed = self._parsed_cache[schema_id] = parse_schema(rec["schema"], rec.get("schemaType", "AVRO"))
+            kind = rec.get("schemaType", "AVRO")
+            texts = self._reference_texts(rec.get("references") or []) if kind == "PROTOBUF" else ()
+            parsed = self._parsed_cache[schema_id] = parse_schema(rec["schema"], kind, texts)
         return parsed
 
     def _version_body(self, subject: str, v: _Version) -> dict:
@@ -246,10 +270,14 @@ class RegistryStore:
             return v.version
 
     # -- schemas by id -----------------------------------------------------
-    def schema_by_id(self, schema_id: str) -> dict:
+    def schema_by_id(self, schema_id: str, fmt: str | None = None) -> dict:
+        """``fmt="serialized"``: a Protobuf schema as its base64 FileDescriptorProto (as Confluent's)."""
         with self._lock:
             sid = self._schema_id(schema_id)
-            return {**self._schema_body(sid), "guid": self.guid(sid)}
+            body = {**self._schema_body(sid), "guid": self.guid(sid)}
+            if fmt == "serialized" and body.get("schemaType") == "PROTOBUF":
+                body["schema"] = base64.b64encode(self._parsed(sid).parsed.file.serialized_pb).decode()
+            return body
 
     def schema_by_guid(self, guid: str) -> dict:
         with self._lock:

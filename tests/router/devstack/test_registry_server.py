@@ -75,7 +75,7 @@ def test_lookup_and_fetch_by_id(client, server, unique_name):
     status, body = http(f"{server.url}/schemas/ids/{sid}/versions")
     assert status == 200 and {"subject": subject, "version": 1} in body
     status, body = http(f"{server.url}/schemas/types")
-    assert status == 200 and set(body) == {"AVRO", "JSON"}
+    assert status == 200 and set(body) == {"AVRO", "JSON", "PROTOBUF"}
 
 
 def test_version_errors(client, server, unique_name):
