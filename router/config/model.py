@@ -93,6 +93,7 @@ class JobConfig:
     fused_read: bool = True  # source tasks decode and write themselves (see router/executor/fused_reader.py)
     commit_in_tasks: bool = True  # a task commits the tables it wrote (router/executor/tasks.py)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    lease_seconds: float = 60.0  # one job per name: the lease a crashed job's successor waits out (0: off)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
+from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
 from router.exceptions import ConfigError
@@ -209,21 +210,42 @@ def stop_between_batches(query, timeout: float = STOP_WAIT_SECONDS, poll: float 
     return between
 
 
+def job_lease(config: RouterConfig) -> Lease | None:
+    """The job's lease (router/catalog/lease.py), kept beside the dead-letter table; None when off."""
+    if not config.job.lease_seconds:
+        return None
+    namespace = config.dlq.table.rsplit(".", 1)[0] if config.dlq.table else config.tables.default_namespace
+    return Lease(config.catalog, f"{namespace}.{LEASE_TABLE}", config.job.name, config.job.lease_seconds)
+
+
 def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
     """Run until stopped (or until caught up with --available-now)."""
-    spark = build_spark(config)
-    query, dispatcher = start_query(spark, config, available_now)
-
-    def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
-        log.info("signal %s: stopping %s after the current batch", signum, config.job.name)
-        threading.Thread(target=stop_between_batches, args=(query,), name="icerouter-stop", daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
+    lease = job_lease(config)
+    if lease is not None:
+        lease.acquire()  # a second job with this name is refused here, before Spark starts
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        log.info("stopping %s", config.job.name)
-        query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")
-    return dispatcher
+        spark = build_spark(config)
+        query, dispatcher = start_query(spark, config, available_now)
+
+        def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
+            log.info("signal %s: stopping %s after the current batch", signum, config.job.name)
+            threading.Thread(target=stop_between_batches, args=(query,), name="icerouter-stop", daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        if lease is not None:  # another process took the lease (this one stalled past it): stop now
+            lease.keep(on_lost=lambda: threading.Thread(target=stop_between_batches, args=(query,),
+                                                        name="icerouter-lease-stop", daemon=True).start())
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            log.info("stopping %s", config.job.name)
+            query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")
+        if lease is not None and lease.lost.is_set():
+            raise JobAlreadyRunning(f"job {config.job.name!r} stopped: another process took its lease",
+                                    job=config.job.name)
+        return dispatcher
+    finally:
+        if lease is not None:
+            lease.release()
