@@ -67,9 +67,10 @@ def next_end(start: Mapping[str, int], latest: Mapping[str, int], max_records: i
     else:
         reached = end
     # a cursor short of its partition's position stays open, the position waits for it; one that
-    # passed it closes, and the position moves on to where the read got
+    # passed it closes, and the position moves on to where the read got. A partition new to the
+    # document (a topic found by pattern) that the limit left no room for joins in a later batch.
     cursors = {k: reached[k] for k in rewinds if reached[k] < positions[k]}
-    return join_rewinds({k: (positions[k] if k in cursors else reached[k]) for k in end}, cursors), turn
+    return join_rewinds({k: (positions[k] if k in cursors else v) for k, v in reached.items()}, cursors), turn
 
 
 def batch_ranges(start: Mapping[str, int], end: Mapping[str, int],

@@ -49,6 +49,18 @@ def test_no_rewind_where_the_checkpoint_is_not_past_the_backfill():
     assert drain({"t/0": 5}, {"t/0": 5}, {"t/0": 5}, limit=10) == []
 
 
+def test_a_partition_new_to_the_document_waits_when_the_limit_leaves_no_room():
+    """A topic found by pattern while the batch is full: not in this end document, read later (as before
+    rewinds existed: Spark's start of the next batch is this end)."""
+    latest = {"a/0": 100, **{f"{t}/0": 50 for t in "bcde"}}
+    for catch_up in ("turns", "even"):
+        end, _ = next_end({"a/0": 0}, latest, 2, catch_up, None)
+        assert sum(end.values()) == 2 and "a/0" in end  # no KeyError, and no new key without records
+        assert all(v > 0 for k, v in end.items() if k != "a/0")
+    end, _ = next_end({"a/0": 0, "#rewind:a/0": 0}, {"a/0": 0, "b/0": 50}, 10, "even", None)
+    assert end == {"a/0": 0, "b/0": 10}  # an empty cursor closes; the new partition is read from 0
+
+
 def test_cursor_keys_cannot_be_topics():
     end, _ = next_end({"t/0": 100}, {"t/0": 100}, 10, "even", None, {"t/0": 0})
     assert end == {f"{REWIND_PREFIX}t/0": 10, "t/0": 100}
