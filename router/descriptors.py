@@ -59,7 +59,7 @@ class DispatchContext:
     commit_in_tasks: bool = True  # tasks commit the tables they wrote; the driver commits the rest
     commit_retries: int = 6
     maintenance: MaintenanceConfig | None = None  # the snapshot expiry rule applied inside each commit
-    drill: tuple | None = None  # crash drills only (router/faults.py): (spec, driver pid)
+    drill: tuple | None = None  # crash drills only (router/faults.py): (spec, driver pid, marker dir)
 
 
 @dataclass

@@ -110,7 +110,7 @@ def due_for_expiry(metadata, maintenance: MaintenanceConfig | None) -> list[int]
 
 
 def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int = 6,
-                 maintenance: MaintenanceConfig | None = None, drill: tuple[str, int] | None = None,
+                 maintenance: MaintenanceConfig | None = None, drill: tuple | None = None,
                  where: str = "driver") -> CommitOutcome:
     """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
     started, cpu_started, process_started = time.perf_counter(), time.thread_time(), time.process_time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -83,15 +84,21 @@ def source_options(config: RouterConfig) -> KafkaSourceOptions:
     )
 
 
-def handoff_path(job: str) -> str:
+def handoff_path(job: str, checkpoint: str = "") -> str:
     """Where the driver hands its quarantine set and the next batch id to the source's planner,
     a process on the same host.
 
-    The set lives as long as the driver process (a restart clears it), so a private temporary
-    file fits; a path derived from the checkpoint would break when the checkpoint is a URI.
+    The set lives as long as the driver process (a restart clears it, and `run` removes the file
+    at exit): beside the job's local checkpoint (`<checkpoint>/icerouter/`, a folder Spark does not
+    read), else, for a checkpoint behind a URI, in the temp dir.
     """
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
-    return os.path.join(tempfile.gettempdir(), f"icerouter-{safe}-{os.getpid()}.handoff.json")
+    name = f"icerouter-{safe}-{os.getpid()}.handoff.json"
+    if checkpoint and ("://" not in checkpoint or checkpoint.startswith("file:")):
+        folder = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "icerouter")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, name)
+    return os.path.join(tempfile.gettempdir(), name)
 
 
 def next_batch_id(checkpoint: str) -> int | None:
@@ -163,7 +170,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     prepare_catalog(config)
     resume = start_positions(config, options).to_json()
     fused = config.job.fused_read and not jvm_kafka_available(spark)
-    handoff_file = handoff_path(config.job.name) if fused else None
+    handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
         write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
@@ -223,6 +230,7 @@ def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
     lease = job_lease(config)
     if lease is not None:
         lease.acquire()  # a second job with this name is refused here, before Spark starts
+    dispatcher = None
     try:
         spark = build_spark(config)
         query, dispatcher = start_query(spark, config, available_now)
@@ -247,5 +255,9 @@ def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
                                     job=config.job.name)
         return dispatcher
     finally:
+        handoff = getattr(dispatcher, "handoff_file", None)
+        if handoff:  # the driver's own hand-off file: nothing else reads it once the query stopped
+            with contextlib.suppress(OSError):
+                os.remove(handoff)
         if lease is not None:
             lease.release()

@@ -109,7 +109,7 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
     facts: dict[str, Any] = {"config": config, "topics": topics, "table_of": table_of}
     runs = []
     for n in CRASH_POINTS:
-        res = run_job(config, "--available-now", env={"ICEROUTER_CRASH_AT": f"commit:{n}"}, log=log)
+        res = run_job(config, "--available-now", env={"ICEROUTER_CRASH_AT": f"commit:{n}", "ICEROUTER_CRASH_DIR": str(workdir)}, log=log)
         runs.append(res)
     committed_after_crashes = _tables_with_snapshot(catalog_props, [table_of(t)[0] for t in topics])
     facts["committed_after_crashes"] = committed_after_crashes

@@ -104,7 +104,7 @@ def test_change_streams_survive_a_crash_a_lost_checkpoint_and_a_compaction(tmp_p
     config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props)
 
     source.send(lambda s: [*s.snapshot(60), *s.mixed(80), *s.update(3), *s.update(3)])
-    crashed = _run(config, "--available-now", env={"ICEROUTER_CRASH_AT": "commit:2"})
+    crashed = _run(config, "--available-now", env={"ICEROUTER_CRASH_AT": "commit:2", "ICEROUTER_CRASH_DIR": str(tmp_path)})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     resumed = _run(config, "--available-now")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -149,7 +149,7 @@ def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_prop
     ledger.produce(kafka_bootstrap, poison, lambda topic, headers: [f"{prefix}_ops.dead_letters"])
 
     # Run 1: SIGKILL after the 10th table commit of the first batch.
-    crashed = _run(config, "--available-now", env={"ICEROUTER_CRASH_AT": "commit:10"})
+    crashed = _run(config, "--available-now", env={"ICEROUTER_CRASH_AT": "commit:10", "ICEROUTER_CRASH_DIR": str(tmp_path)})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
 
     # Run 2: restart from the checkpoint and catch up.
