@@ -24,6 +24,7 @@ from router.devstack.exceptions import (
     DevStackError, RegistryApiError, RegistryStoreError, ServiceMissingError, ServiceStartError,
     StackStateError,
 )
+from router.catalog.lease import JobAlreadyRunning
 from router.devstack.registry_compat import SchemaInvalid
 from router.exceptions import (
     CompactionConflict, ConfigError, MaintenanceError, RouteError, RouterError, RowLevelError, SchemaFileError,
@@ -51,6 +52,7 @@ EXAMPLES = [
     RouterError("failed", table="db.t", route="r1", offset=None),
     ConfigError("unknown key", path="job.nme"),
     SchemaFileError("schema file x.avsc is not UTF-8 text", path="schemas/x.avsc"),
+    JobAlreadyRunning("job 'orders' is already running (pid 4242 on host-a)", job="orders"),
     ServiceUnavailable("could not reach the schema registry", service="schema registry", url="http://r"),
     RouteError("no rule matched", topic="t", partition=0, offset=5),
     TableNameError("outside the allowed namespaces", table="x.t"),

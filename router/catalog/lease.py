@@ -6,10 +6,14 @@ start, before Spark starts, with a message that names the holder.
 
 How: the lease is a property of a small table of its own (`<namespace>.icerouter_jobs`,
 no rows), ``icerouter.lease.<job>`` = {"owner", "host", "pid", "expires", "renewed"}.
-Taking or renewing it is an Iceberg commit, and a commit is a compare-and-swap of the
-table's metadata: of two starters only one wins, the other reads the winner's lease.
+Taking or renewing it is an Iceberg commit. pyiceberg applies a property update to the
+table's latest metadata (no requirement can assert a property's old value), so of two
+writers the last one wins: a claim is confirmed by reading it back after SETTLE_SECONDS,
+and a starter that finds another owner there is refused. Two jobs started within that
+window are told apart at the first renewal, where the one that lost stops.
 The holder renews it every third of ``ttl`` seconds; a job that crashed stops renewing,
-and once its lease expired a successor takes it over. A holder that finds its lease
+and once its lease expired a successor takes it over (at once on the same host, where the
+holder's process can be seen to be gone). A holder that finds its lease
 taken (it stalled past the expiry) stops the job. Metadata files of the lease table
 are deleted as they are replaced, so renewals do not pile them up.
 """
@@ -30,7 +34,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, StringType
 
-from router.catalog.tables import create_table, load_table
+from router.catalog.tables import create_table, get_catalog
 from router.config import CatalogConfig
 from router.exceptions import RouterError
 
@@ -41,6 +45,7 @@ LEASE_SCHEMA = Schema(NestedField(1, "job", StringType(), required=False))
 LEASE_TABLE_PROPERTIES = {"write.metadata.delete-after-commit.enabled": "true",
                           "write.metadata.previous-versions-max": "5"}
 ATTEMPTS = 8
+SETTLE_SECONDS = 1.0  # a claim is read back after this long: the last writer of a race holds the lease
 
 
 class JobAlreadyRunning(RouterError):
@@ -63,20 +68,38 @@ class Lease:
     ttl: float = 60.0
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
     clock: Callable[[], float] = time.time
+    settle: float = SETTLE_SECONDS
     held: bool = False
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def _load(self):
+        """A handle of its own, read fresh: the process's cached handles (router/catalog/tables.py) are
+        refreshed and committed in place by other threads, which would turn two claims into one base."""
+        catalog = get_catalog(self.catalog)
         try:
-            return load_table(self.catalog, self.table, refresh=True)
+            return catalog.load_table(self.table)
         except NoSuchTableError:
             try:
                 create_table(self.catalog, self.table, LEASE_SCHEMA, (), LEASE_TABLE_PROPERTIES)
             except Exception:  # another starter created it first
                 pass
-            return load_table(self.catalog, self.table, refresh=True)
+            return catalog.load_table(self.table)
+
+    def _dead_here(self, current: dict) -> bool:
+        """The holder ran on this host and its process is gone: a crash whose lease need not be waited out."""
+        if current.get("host") != socket.gethostname() or not isinstance(current.get("pid"), int):
+            return False
+        if current["pid"] == os.getpid():
+            return False
+        try:
+            os.kill(current["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's
+            return False
+        return False
 
     def _current(self, table) -> dict | None:
         raw = table.properties.get(lease_property(self.job))
@@ -91,22 +114,30 @@ class Lease:
         with table.transaction() as tx:
             tx.set_properties({lease_property(self.job): json.dumps(doc, sort_keys=True)})
 
+    def _refuse(self, current: dict, now: float) -> JobAlreadyRunning:
+        return JobAlreadyRunning(
+            f"job {self.job!r} is already running (pid {current.get('pid')} on {current.get('host')}, "
+            f"lease renewed {now - current.get('renewed', now):.0f} s ago, expires in "
+            f"{current.get('expires', now) - now:.0f} s); stop it first, or start again once its lease expired "
+            "if it crashed", job=self.job)
+
     def acquire(self) -> None:
         """Take the lease, or raise JobAlreadyRunning naming the holder."""
         for _ in range(ATTEMPTS):
             table = self._load()
             now = self.clock()
             current = self._current(table)
-            if current and current.get("owner") != self.owner and current.get("expires", 0) > now:
-                raise JobAlreadyRunning(
-                    f"job {self.job!r} is already running (pid {current.get('pid')} on {current.get('host')}, "
-                    f"lease renewed {now - current.get('renewed', now):.0f} s ago, expires in "
-                    f"{current['expires'] - now:.0f} s); stop it first, or start again once its lease expired "
-                    "if it crashed", job=self.job)
+            if current and current.get("owner") != self.owner and current.get("expires", 0) > now \
+                    and not self._dead_here(current):
+                raise self._refuse(current, now)
             try:
                 self._write(table, now)
             except CommitFailedException:
                 continue  # someone else committed the lease table meanwhile: look again
+            time.sleep(self.settle)
+            confirmed = self._current(self._load())
+            if confirmed is not None and confirmed.get("owner") != self.owner:  # a racer wrote after us
+                raise self._refuse(confirmed, self.clock())
             self.held = True
             log.info("lease on job %s taken (%s, expires in %.0f s)", self.job, self.table, self.ttl)
             return

@@ -20,7 +20,7 @@ def test_one_holder_and_a_refusal_that_names_it(catalog_config, unique_name):  #
     with pytest.raises(JobAlreadyRunning) as refused:
         second.acquire()
     assert refused.value.exit_code == 2
-    assert f"job {job!r} is already running (pid " in refused.value.message and "expires in 60 s" in refused.value.message
+    assert f"job {job!r} is already running (pid " in refused.value.message and " s); stop it first" in refused.value.message
     Lease(catalog_config, table, unique_name("other"), ttl=60).acquire()  # another job name: its own lease
     first.release()
     assert lease_property(job) not in load_table(catalog_config, table, refresh=True).properties
@@ -66,3 +66,24 @@ def test_two_starters_racing_one_wins(catalog_config, unique_name):  # noqa: F81
         t.join(60)
     assert sorted(outcomes) == ["held"] + ["refused"] * 3
     assert sum(lease.held for lease in leases) == 1
+
+
+def test_a_holder_whose_process_is_gone_on_this_host_is_taken_over_at_once(catalog_config, unique_name,  # noqa: F811
+                                                                         tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    table, job = f"{unique_name('l')}.icerouter_jobs", unique_name("job")
+    crashed = subprocess.run([sys.executable, "-c", (
+        "import json, os, sys\n"
+        "from router.config import CatalogConfig\n"
+        "from router.catalog.lease import Lease\n"
+        f"Lease(CatalogConfig(**json.loads({json.dumps(json.dumps({'name': catalog_config.name, 'properties': dict(catalog_config.properties)}))})), "
+        f"{table!r}, {job!r}, ttl=600).acquire()\n"
+        "os._exit(0)  # dies holding the lease\n")], capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == 0, crashed.stderr
+    lease = Lease(catalog_config, table, job, ttl=600)
+    lease.acquire()  # the lease has 600 s to run, but its holder's pid is gone
+    assert lease.held
+    lease.release()

@@ -1,6 +1,7 @@
 """One job per name with the real `icerouter run` process: a second start with the same `job.name`
-is refused at once with one line, and after the first is SIGKILLed its successor starts once the
-lease expired."""
+is refused at once with one line, and after the first is SIGKILLed its successor on the same host
+starts at once (the holder's process is gone; elsewhere the lease's expiry decides, see
+tests/router/catalog/test_lease.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.router.driver.test_job_e2e import LOCAL_SPARK, _run, _wait
 
 pytestmark = pytest.mark.slow
 
-LEASE = 15  # renewed every 5 s: a SIGKILLed holder's lease outlives it by 10-15 s
+LEASE = 60  # a SIGKILLed holder's lease outlives it: only the dead process lets the successor in
 
 
 def test_a_second_job_with_the_same_name_is_refused_until_the_lease_expires(tmp_path, kafka_bootstrap,
@@ -43,11 +44,9 @@ def test_a_second_job_with_the_same_name_is_refused_until_the_lease_expires(tmp_
         [line] = [ln for ln in second.stderr.splitlines() if ln.startswith("icerouter: error:")]
         assert f"job 'job_{prefix}' is already running (pid {first.pid} " in line
         assert time.monotonic() - started < 60 and "Traceback" not in second.stderr
-        first.send_signal(signal.SIGKILL)  # a crash: the lease is not released
+        first.send_signal(signal.SIGKILL)  # a crash: the lease is not released, and has not expired
         first.wait(30)
-        refused = _run(config, "--available-now", timeout=120)
-        assert refused.returncode == 2  # the crashed job's lease has not expired yet
-        time.sleep(LEASE + 1)
+        # on the same host the holder's process is seen to be gone: no need to wait out its lease
         successor = _run(config, "--available-now", timeout=300)
         assert successor.returncode == 0, successor.stderr[-3000:]
         assert "lease on job" in successor.stderr
