@@ -261,6 +261,19 @@ def _runs(ceiling: dict) -> str:
     return f", median of {', '.join(f'{n:,}' for n in runs)}" if runs and len(runs) > 1 else ""
 
 
+def render_protobuf(r: dict) -> list[str]:
+    rates, share = r["records_per_s"], r["protobuf_share_of_avro"]
+    runs = {fmt: ", ".join(f"{x['records_per_s']:,}" for x in r["runs"][fmt]) for fmt in ("avro", "proto")}
+    return [f"protobuf: {r['topics_per_format']} topics x {r['partitions']} partitions per format, "
+            f"{r['records_per_format']:,} records each (Avro ~{r['value_bytes_mean']['avro']:.0f} B, Protobuf "
+            f"~{r['value_bytes_mean']['proto']:.0f} B); load average before {r['load_before']} after {r['load_after']}",
+            f"  the job on Avro topics          {rates['avro']:>12,} records/s (median of "
+            f"{runs['avro']})",
+            f"  the job on Protobuf topics      {rates['proto']:>12,} records/s (median of "
+            f"{runs['proto']}); {share:.0%} of Avro  "
+            f"target >= {r['target_share']:.0%}: {_verdict(r['within_target'])}"]
+
+
 def render(result: dict) -> str:
     mode = result["mode"]
     if mode == "freshness":
@@ -271,6 +284,8 @@ def render(result: dict) -> str:
         lines = render_scaling(result)
     elif mode == "upsert":
         lines = render_upsert(result)
+    elif mode == "protobuf":
+        lines = render_protobuf(result)
     else:
         lines = render_throughput(result)
     return "\n".join(["", *lines])

@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.perf.live import freshness, scaling, soak, throughput, upsert
+from scripts.perf.live import freshness, protobuf, scaling, soak, throughput, upsert
 from scripts.perf.report import render, write_json
 from scripts.perf.services import Stack
 
@@ -47,11 +47,14 @@ MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turn
                  "soak": {"topics": 0, "fan_in": False, "catch_up": "turns"},
                  "commit-scaling": {"topics": 200, "fan_in": False, "catch_up": "turns"},
                  # every table in every batch, so later batches replace rows of files committed before
-                 "upsert": {"topics": 20, "fan_in": False, "catch_up": "even", "batch_records": 100_000}}
+                 "upsert": {"topics": 20, "fan_in": False, "catch_up": "even", "batch_records": 100_000},
+                 # the same records as Avro and as Protobuf, each format's backlog drained twice
+                 "protobuf": {"topics": 50, "fan_in": False, "catch_up": "turns", "records": 500_000}}
 # mode -> run(args, stack, root) -> the result dict (written as JSON)
 RUNNERS = {"throughput": throughput.run_throughput, "scale": throughput.run_throughput,
            "freshness": freshness.run_freshness, "soak": soak.run_soak,
-           "commit-scaling": scaling.run_commit_scaling, "upsert": upsert.run_upsert}
+           "commit-scaling": scaling.run_commit_scaling, "upsert": upsert.run_upsert,
+           "protobuf": protobuf.run_protobuf}
 
 
 def parse_args(argv):
@@ -59,7 +62,7 @@ def parse_args(argv):
     ap.add_argument("--mode", choices=sorted(MODE_DEFAULTS), default="throughput")
     ap.add_argument("--topics", type=int, help="default 200 (500 in scale mode)")
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--records", type=int, help="default 2,000,000 (protobuf: 500,000 per format)")
     ap.add_argument("--batch-records", type=int, help="kafka.max_records_per_batch (default 500,000; upsert: 100,000)")
     ap.add_argument("--no-fan-in", action="store_true", help="no fan-in table (scale mode never has one)")
     ap.add_argument("--catch-up", choices=("turns", "even"),
@@ -97,6 +100,7 @@ def parse_args(argv):
     args.fan_in = defaults["fan_in"] and not args.no_fan_in
     args.catch_up = args.catch_up or defaults["catch_up"]
     args.batch_records = args.batch_records or defaults.get("batch_records", 500_000)
+    args.records = args.records or defaults.get("records", 2_000_000)
     args.trigger = args.trigger or (1.0 if args.mode == "soak" else 10.0)
     args.rate = args.rate or (2000.0 if args.mode == "soak" else 5000.0)
     return args
