@@ -142,6 +142,6 @@ class JobMetrics:
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Start the HTTP endpoint (a daemon thread); returns the port (0 picks a free one)."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
-        bound = server.server_address[1]
+        bound = self.port = server.server_address[1]
         log.info("metrics: http://%s:%d/metrics", host, bound)
         return bound

@@ -53,6 +53,8 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         "job": {"name": "bench", "checkpoint": str(root / "checkpoint"), "trigger_seconds": args.trigger,
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
                 **commit_setting(commit_in or args.commit_in),
+                # --metrics: the Prometheus endpoint on a free port (scraped during the run)
+                **({"metrics": {"port": 0, "host": "127.0.0.1"}} if getattr(args, "metrics", False) else {}),
                 "spark": spark or {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [NAMESPACE, "ops", "warm"]},
         "routes": routes,

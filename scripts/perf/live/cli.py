@@ -90,6 +90,9 @@ def parse_args(argv):
     ap.add_argument("--commit-threads", type=int, help="job.commit_threads (job default 8)")
     ap.add_argument("--expire-every", type=int, help="maintenance.expire_every_commits (job default)")
     ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
+    ap.add_argument("--metrics", action="store_true",
+                    help="throughput: serve the job's Prometheus metrics, scrape them every second and report "
+                         "the share of the job's time their updates and scrapes took")
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true", help="keep the working directory")
     ap.add_argument("--json", dest="json_file", help="also write the results as JSON")

@@ -43,6 +43,49 @@ def warm_up(spark, args, stack: Stack, root: Path) -> None:
     query.awaitTermination()
 
 
+class MetricsCost:
+    """--metrics: times the dispatcher's metric updates and a scrape every second during the run."""
+
+    def __init__(self, dispatcher) -> None:
+        import threading
+
+        self.metrics, self.update_s, self.scrapes, self.scrape_s, self.bytes = dispatcher.metrics, 0.0, 0, 0.0, 0
+        observe = self.metrics.observe_batch
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return observe(*a, **k)
+            finally:
+                self.update_s += time.perf_counter() - t0
+
+        self.metrics.observe_batch = timed
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self) -> None:
+        import urllib.request
+
+        while not self.done.wait(1.0):
+            t0 = time.perf_counter()
+            body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics.port}/metrics", timeout=10).read()
+            self.scrape_s += time.perf_counter() - t0
+            self.scrapes += 1
+            self.bytes = len(body)
+
+    def start(self) -> "MetricsCost":
+        self.thread.start()
+        return self
+
+    def stop(self, job_seconds: float) -> dict:
+        self.done.set()
+        self.thread.join(15)
+        spent = self.update_s + self.scrape_s
+        return {"update_seconds": round(self.update_s, 4), "scrapes": self.scrapes,
+                "scrape_seconds": round(self.scrape_s, 4), "scrape_bytes": self.bytes,
+                "job_seconds": round(job_seconds, 3), "share_of_job_time": round(spent / job_seconds, 5)}
+
+
 def run_throughput(args, stack: Stack, root: Path) -> dict:
     from router.driver.job import build_spark, start_query
     from router.source import KafkaSourceOptions
@@ -106,8 +149,11 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
     t_start = time.time()
     query, dispatcher = start_query(spark, config, available_now=True, make_dispatcher=RecordingDispatcher,
                                     listeners=[lambda s: print("  " + s.line(), flush=True)])
+    scraping = MetricsCost(dispatcher).start() if getattr(dispatcher, "metrics", None) is not None else None
     query.awaitTermination()
     t_end = time.time()
+    if scraping is not None:
+        result["metrics"] = scraping.stop(t_end - t_start)
     result["cores"] = cpu_per_second(cpu_before, cpu.sample())  # who took the 2 cores while the job ran
     if profiler is not None:
         result["profile"] = profiler.stop()
