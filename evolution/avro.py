@@ -36,7 +36,7 @@ from pyiceberg.types import (
 from evolution.avro_visitor import PathVisitor, visit_avro
 from evolution.exceptions import UnsupportedSchemaError
 
-__all__ = ["avro_to_iceberg", "avro_field_aliases", "parse_avro", "ROOT_VALUE_FIELD"]
+__all__ = ["avro_to_iceberg", "avro_field_aliases", "parse_avro", "ROOT_VALUE_FIELD", "BARE_NAME"]
 
 ROOT_VALUE_FIELD = "value"
 #: a schema given as a bare type name (`string`, `shop.Order`) rather than JSON

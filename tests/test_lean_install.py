@@ -8,6 +8,7 @@ it needs in one line.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -24,9 +25,16 @@ ORDER = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id",
 
 
 def test_the_lean_install_runs_the_cli_without_the_local_stack(tmp_path, registry_url, unique_name):
-    venv = tmp_path / "venv"
+    venv, source = tmp_path / "venv", tmp_path / "source"
+    # a copy of what the package is built from: pip builds in the tree it is given, and a build/ left in
+    # the checkout would both litter it and feed stale modules to the next build
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("router", "registry", "evolution"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)],
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(source)],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, pip.stderr[-3000:]
     listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],

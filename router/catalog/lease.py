@@ -91,8 +91,6 @@ class Lease:
         """The holder ran on this host and its process is gone: a crash whose lease need not be waited out."""
         if current.get("host") != socket.gethostname() or not isinstance(current.get("pid"), int):
             return False
-        if current["pid"] == os.getpid():
-            return False
         try:
             os.kill(current["pid"], 0)
         except ProcessLookupError:

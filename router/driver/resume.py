@@ -84,7 +84,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     starting = config.kafka.starting_offsets
     cache: dict[str, tuple[dict | None, dict[str, int]]] = {}
     restored: dict[str, list[tuple[int, int, str]]] = {}  # topic -> (partition, offset, table) read again
-    dynamic = any(p != "topic" for r in routing.routes for p in r.placeholders)
+    dynamic = any(r.named_by_data for r in routing.routes)
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
     dlq = _progress(config, config.dlq.table, cache)[0] if config.dlq.table else None
     plan = ResumePlan()

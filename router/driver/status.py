@@ -7,6 +7,7 @@ import json
 import time
 
 from router.jsonfile import write_json_atomic
+from router.source.rewind import REWIND_PREFIX
 
 
 @dataclasses.dataclass
@@ -51,15 +52,10 @@ def partition_lag(spark, query_name: str) -> dict[str, int] | None:
         end = json.loads(end) if isinstance(end, str) else end
         if not isinstance(latest, dict) or not isinstance(end, dict):
             return None
-        return {k: max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items() if not k.startswith("#")}
+        return {k: max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items()
+                if not k.startswith(REWIND_PREFIX)}
     except Exception:  # progress is best effort, never a reason to fail a batch
         return None
-
-
-def query_lag(spark, query_name: str) -> int | None:
-    """Records between the last planned end offsets and the latest ones, over every partition."""
-    lags = partition_lag(spark, query_name)
-    return None if lags is None else sum(lags.values())
 
 
 def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict) -> None:

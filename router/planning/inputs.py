@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from evolution.avro import avro_field_aliases, avro_to_iceberg
+from evolution.avro import BARE_NAME, avro_field_aliases, avro_to_iceberg
 from evolution.changes import MappedSchema
 from evolution.exceptions import EvolutionError
 from evolution.jsonschema import jsonschema_to_iceberg
@@ -39,8 +39,6 @@ AVRO, JSON_SCHEMA, PROTOBUF = "AVRO", "JSON", "PROTOBUF"
 SCHEMA_SUFFIXES = {".avsc": AVRO, ".avro": AVRO, ".json": None, ".proto": PROTOBUF}
 PROTO_IMPORT = re.compile(r'^\s*import\s+(?:public\s+|weak\s+)?"([^"]+)"\s*;', re.MULTILINE)
 PROTO_SYNTAX = re.compile(r'^\s*(?://[^\n]*\n\s*)*(syntax|edition)\s*=', re.MULTILINE)
-#: an Avro schema may be a bare (quoted or not) type name such as `string` or `shop.Order`
-BARE_NAME = re.compile(r'"?[A-Za-z_][A-Za-z0-9_.]*"?')
 
 
 def map_schema(schema_str: str, schema_type: str = AVRO, source: str | None = None,

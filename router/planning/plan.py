@@ -128,7 +128,7 @@ class Planner:
             return [self.unmatched(topic)], []
         planned, unplannable = [], []
         for route in routes:
-            if any(p != "topic" for p in route.placeholders):
+            if route.named_by_data:
                 unplannable.append((f"route {route.name}", "table name depends on record data; "
                                     "plan it with --schema-file and --table"))
                 continue

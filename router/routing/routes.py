@@ -91,6 +91,11 @@ class CompiledRoute:
         names += [p[len("field."):] for p in self.placeholders if p.startswith("field.")]
         return tuple(dict.fromkeys(names))
 
+    @property
+    def named_by_data(self) -> bool:
+        """The table name depends on header or field values (not only on the topic)."""
+        return any(p != "topic" for p in self.placeholders)
+
     def matches_topic(self, topic: str) -> bool:
         return self.topic is None or self.topic.fullmatch(topic) is not None
 
@@ -184,7 +189,7 @@ class RoutingTable:
         """Routes of a topic and their table when it depends on the topic only (for plan/check)."""
         out = []
         for route in self.routes_for_topic(topic):
-            if any(p != "topic" for p in route.placeholders):
+            if route.named_by_data:
                 out.append((route, None))
             else:
                 out.append((route, self.render(route, topic)))
@@ -205,7 +210,7 @@ def fan_in_conflicts(config: RouterConfig) -> list[str]:
                                                       route.write, route.partition_by))
     for topic in config.kafka.topics:
         for route in routing.routes_for_topic(topic):
-            if any(p != "topic" for p in route.placeholders):
+            if route.named_by_data:
                 continue
             try:
                 table = routing.render(route, topic)
