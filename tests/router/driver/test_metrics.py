@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
+import router.driver.metrics as metrics_module
 from router.driver.metrics import JobMetrics
 
 
@@ -31,7 +32,7 @@ def _samples(body: bytes) -> dict:
             for family in text_string_to_metric_families(body.decode()) for s in family.samples}
 
 
-def test_exposition_parses_and_follows_batches():
+def test_exposition_parses_and_follows_batches(monkeypatch):
     lag_reads = []
 
     def lag():
@@ -49,6 +50,7 @@ def test_exposition_parses_and_follows_batches():
     assert not any(name.endswith("_created") for name, _ in first), "no _created series"
 
     # scrapes between batches: the batch's families are not rendered again, the lag is not read again
+    # within LAG_REFRESH_SECONDS
     rendered = metrics._rendered
     time.sleep(0.05)
     second = _samples(metrics.exposition())
@@ -59,7 +61,10 @@ def test_exposition_parses_and_follows_batches():
     metrics.observe_batch(_stats(), [_outcome("ns.a", rows=4)], {})
     third = _samples(metrics.exposition())
     assert third[("icerouter_rows_committed_total", (("table", "ns.a"),))] == 14
-    assert third[("icerouter_batches_total", ())] == 2 and len(lag_reads) == 2
+    assert third[("icerouter_batches_total", ())] == 2 and len(lag_reads) == 1
+    monkeypatch.setattr(metrics_module, "LAG_REFRESH_SECONDS", 0.0)
+    metrics.exposition()
+    assert len(lag_reads) == 2
 
 
 def test_endpoint_serves_the_exposition():

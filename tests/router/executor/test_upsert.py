@@ -119,6 +119,33 @@ def test_a_debezium_stream_is_mirrored_with_position_deletes(catalog_config, reg
     assert manifests_hold_no_equality_deletes(handle) > 0
 
 
+def test_updates_that_move_rows_to_another_partition_of_the_table(catalog_config, registry_url, unique_name):
+    """A table partitioned by region: an update that changes a row's region deletes it from the old
+    partition's file and writes the new image into the new partition's, in one snapshot."""
+    ns = unique_name("u")
+    topic, table = f"{ns}.customers", f"{ns}.customers"
+    stream = Stream(registry_url, topic)
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "customers", "topic": rf"{ns}\.customers", "table": table, "cdc": "debezium",
+         "partition_by": ["identity(region)"]}])
+    script = cdc.ChangeScript(seed=17)
+    run_batch(dispatcher, stream.batches(list(script.snapshot(40))), 0)
+    before = {k: v["region"] for k, v in script.rows.items()}
+    changes = [*script.update(), *script.mixed(20, updates=1.0)]
+    for key in sorted(script.rows)[:10]:
+        changes.extend(script.update(key))
+    results, report = run_batch(dispatcher, stream.batches(changes), 1)
+    assert not [o for o in report.outcomes if o.status == "failed"], report.outcomes
+    moved = [k for k, v in script.rows.items() if v["region"] != before[k]]
+    assert moved, "the script moved no row to another region"
+    assert live_rows(catalog_config, table) == expected(script)
+    handle = load_table(catalog_config, table, refresh=True)
+    assert [f.name for f in handle.spec().fields] == ["region"]
+    regions = {f.partition[0] for f in (t.file for t in handle.scan().plan_files())}
+    assert len(regions) > 1, regions
+    assert manifests_hold_no_equality_deletes(handle) > 0
+
+
 def test_a_replayed_batch_changes_nothing(catalog_config, registry_url, unique_name):
     ns = unique_name("u")
     topic, table = f"{ns}.customers", f"{ns}.customers"
