@@ -5,27 +5,13 @@ from __future__ import annotations
 import base64
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf import descriptor_pb2
 
 from router.devstack.registry_compat import compatibility_problems, parse_schema
-from router.devstack.registry_server import RegistryServer
 from tests import protobuf_data as pb
 from tests.router.devstack.registry_helpers import http
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = RegistryServer(port=0, data_file=str(tmp_path_factory.mktemp("reg") / "registry.json"))
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return SchemaRegistryClient({"url": server.url})
 
 
 def proto(body: str, package: str = "p") -> str:

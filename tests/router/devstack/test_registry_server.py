@@ -16,19 +16,6 @@ from router.devstack.registry_server import RegistryServer
 from tests.router.devstack.registry_helpers import avro, http, rec
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = RegistryServer(port=0, data_file=str(tmp_path_factory.mktemp("reg") / "registry.json"))
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return SchemaRegistryClient({"url": server.url})
-
-
 def test_register_same_schema_two_subjects_same_id_and_reregister_is_idempotent(client, unique_name):
     s1, s2 = unique_name("a"), unique_name("b")
     text = rec(("id", "long"), ("name", "string"))
