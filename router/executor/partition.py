@@ -362,14 +362,21 @@ class PartitionWriter:
             result.cover(pc.take(self.source.column("topic"), rows), pc.take(self.source.column("partition"), rows),
                          pc.take(self.source.column("offset"), rows))
         except Exception as exc:  # one bad table must not stop the others: dead-letter its records
-            if is_transient(exc):
-                raise  # registry or catalog unreachable: the whole batch waits and retries, nothing is dead-lettered
-            log.exception("table %s failed in this task", table_id)
-            result.failure = f"{type(exc).__name__}: {exc}"
-            result.broken = True
-            result.data_files, result.rows, result.dead_letters = [], 0, 0
-            del self.letters[letters_before:]
-            for item in items:
-                self.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id,
-                                 route=item.route.name, schema_id=item.schema_id)
-                result.dead_letters += len(item.rows)
+            self.fail_table(exc, table_id, items, result, letters_before)
+
+    def fail_table(self, exc: Exception, table_id: str, items: list[Pending], result: TableResult,
+                   letters_before: int) -> None:
+        """A table that failed in this task (append or upsert): nothing of it is committed, every row
+        it held goes to the dead-letter table with the failure; a transient error fails the batch
+        instead (registry or catalog unreachable: it waits and retries, nothing is dead-lettered)."""
+        if is_transient(exc):
+            raise exc
+        log.exception("table %s failed in this task", table_id)
+        result.failure = f"{type(exc).__name__}: {exc}"
+        result.broken = True
+        result.data_files, result.rows, result.dead_letters, result.upsert = [], 0, 0, None
+        del self.letters[letters_before:]
+        for item in items:
+            self.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id, route=item.route.name,
+                             schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)
+            result.dead_letters += len(item.rows)

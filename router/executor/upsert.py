@@ -14,7 +14,6 @@ dead-lettered with their reason; the rest of the table goes on.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -31,7 +30,6 @@ from router.changes.exceptions import ChangeStreamError
 from router.changes.extract import DEBEZIUM, UPSERT, ChangeSpec, extract_changes
 from router.decisions import resolve_policy
 from router.descriptors import TableResult, UpsertWork
-from router.exceptions import is_transient
 from router.executor.align import align_table
 from router.executor.evolve import evolve_table
 from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
@@ -39,8 +37,6 @@ from router.table_writes import mode_conflict
 
 #: the task's router.executor.partition.PartitionWriter (its results, dead letters, source rows, timings)
 PartitionWriter = Any
-
-log = logging.getLogger("icerouter.upsert")
 
 
 def key_columns(items: list[Pending]) -> tuple[str, ...] | None:
@@ -74,17 +70,7 @@ def write_upsert_table(writer: PartitionWriter, table_id: str, items: list[Pendi
             return
         _write(writer, table_id, items, key, result)
     except Exception as exc:  # one bad table must not stop the others: dead-letter its records
-        if is_transient(exc):
-            raise
-        log.exception("upsert table %s failed in this task", table_id)
-        result.failure = f"{type(exc).__name__}: {exc}"
-        result.broken = True
-        result.data_files, result.rows, result.dead_letters, result.upsert = [], 0, 0, None
-        del writer.letters[letters_before:]
-        for item in items:
-            writer.dead_letter(item.rows, "table_write_failed", result.failure, table=table_id,
-                               route=item.route.name, schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)
-            result.dead_letters += len(item.rows)
+        writer.fail_table(exc, table_id, items, result, letters_before)
 
 
 def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tuple[str, ...],

@@ -345,3 +345,34 @@ def test_partition_runs_in_consumer_order_reach_every_table_once(catalog_config,
     everything = read(catalog_config, f"{ns}.everything", "_kafka_topic, _kafka_partition, _kafka_offset",
                       order="1, 2, 3")
     assert everything == [(t, p, o) for t in names for p, o in expected[t]]
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_table_failing_at_write_dead_letters_its_rows_and_spares_the_others(mode, catalog_config, registry_url,
+                                                                             unique_name):
+    """A write-stage error that no retry mends (here: a Parquet codec the writer does not know) sends the
+    table's rows of the batch to the dead-letter table with the error; the other table commits."""
+    from router.catalog import load_table
+
+    ns = unique_name("w")
+    bad, good = f"{ns}.bad", f"{ns}.good"
+    encoders = {t: data.Encoder(data.ORDER_V1, data.register(registry_url, f"{t}-value", data.ORDER_V1))
+                for t in (bad, good)}
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}", "mode": mode,
+         **({"key": ["id"]} if mode == "upsert" else {})}])
+    run_batch(dispatcher, [source_batch([(t, 0, i, encoders[t](data.order(i)), None)
+                                         for t in (bad, good) for i in range(3)])], 0)
+    with load_table(catalog_config, f"{ns}.{ns}_bad", refresh=True).transaction() as tx:
+        tx.set_properties({"write.parquet.compression-codec": "no-such-codec"})
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "raw", "topic": rf"{ns}\..*", "table": f"{ns}.{{topic}}", "mode": mode,
+         **({"key": ["id"]} if mode == "upsert" else {})}])
+    results, report = run_batch(dispatcher, [source_batch([(t, 0, 3 + i, encoders[t](data.order(10 + i)), None)
+                                                           for t in (bad, good) for i in range(4)])], 1)
+    assert len(read(catalog_config, f"{ns}.{ns}_good", "id")) == 7
+    assert len(read(catalog_config, f"{ns}.{ns}_bad", "id")) == 3  # nothing of the failed write committed
+    letters = read(catalog_config, f"{ns}.dead_letters", 'error_class, table_name, "offset", reason', order='"offset"')
+    assert [(c, t, o) for c, t, o, _ in letters] == [("table_write_failed", f"{ns}.{ns}_bad", o) for o in range(3, 7)]
+    assert all("no-such-codec" in reason for *_, reason in letters), letters[0]
+    assert results[f"{ns}.{ns}_bad"].broken and not results[f"{ns}.{ns}_good"].broken
