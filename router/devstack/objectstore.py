@@ -74,6 +74,7 @@ class LocalObjectStore(Service):
         self.ports: dict[str, int] = {}
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.data_dir, "seaweedfs.log")
+        self._socket_dir: str | None = None
 
     # -- addresses ----------------------------------------------------------
     @property
@@ -113,11 +114,27 @@ class LocalObjectStore(Service):
         return path
 
     def _command(self) -> list[str]:
-        cmd = [weed_binary(), "mini", f"-dir={os.path.join(self.data_dir, 'data')}", f"-ip={HOST}",
+        # its logs and the S3 gateway's local socket go under the store's own directory, not /tmp
+        logs = os.path.join(self.data_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        cmd = [weed_binary(), f"-logdir={logs}", "mini", f"-dir={os.path.join(self.data_dir, 'data')}",
+               f"-s3.localSocket={self._socket_path('s3')}",
+               f"-filer.localSocket={self._socket_path('filer')}", f"-ip={HOST}",
                f"-ip.bind={HOST}", "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
                "-s3.port.lance=0", f"-s3.config={self._write_identity()}", f"-bucket={self.bucket}",
                f"-tableBucket={self.table_bucket}"]
         return cmd + [f"-{flag}={port}" for flag, port in self.ports.items()]
+
+    def _socket_path(self, name: str) -> str:
+        """A listener's unix socket: in the data dir when the path fits a socket address (107 bytes),
+        else in a short directory of its own that `stop` removes. (The gRPC listeners' sockets are
+        fixed at /tmp/seaweedfs-*-grpc-<port>.sock; SeaweedFS removes them when it stops.)"""
+        path = os.path.join(self.data_dir, f"{name}.sock")
+        if len(path.encode()) <= 100:
+            return path
+        if self._socket_dir is None:
+            self._socket_dir = tempfile.mkdtemp(prefix="icerouter-s3-")
+        return os.path.join(self._socket_dir, f"{name}.sock")
 
     def start(self) -> str:
         """Launch SeaweedFS, wait for S3 and the REST catalog; return the S3 endpoint."""
@@ -163,6 +180,9 @@ class LocalObjectStore(Service):
         """Terminate (then kill) SeaweedFS; drop a temporary data dir."""
         self._kill()
         remove_tree(self.data_dir, remove_data, self._own_dir)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     def __repr__(self) -> str:
         return f"LocalObjectStore(endpoint={self.endpoint if self.ports else None!r}, pid={self.pid})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 
 import pyarrow as pa
 import pytest
@@ -107,8 +108,15 @@ def test_a_second_store_starts_on_its_own_ports_and_stops_without_leftovers(obje
             out.write(b"hello")
         assert _objects(other, other.bucket) == [f"{other.bucket}/probe.txt"]
         assert _objects(object_store, object_store.bucket).count(f"{object_store.bucket}/probe.txt") == 0
+        logs = os.listdir(os.path.join(other.data_dir, "logs"))
+        assert any(name.startswith("weed.") for name in logs), logs  # its logs are its own
     finally:
-        pid, data_dir = other.pid, other.data_dir
+        pid, data_dir, ports = other.pid, other.data_dir, other.ports
         other.stop()
     assert not pid_alive(pid)
     assert not os.path.exists(data_dir)
+    # nothing of it is left in the machine's temp dir: no log files, no sockets
+    tmp = tempfile.gettempdir()
+    litter = [n for n in os.listdir(tmp) if (n.startswith("weed.") and n.endswith(f".{pid}"))
+              or (n.startswith("seaweedfs-") and any(n.endswith(f"-{port}.sock") for port in ports.values()))]
+    assert litter == [], litter
