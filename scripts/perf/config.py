@@ -45,6 +45,8 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         maintenance["expire_every_commits"] = args.expire_every
     if args.max_snapshot_age:
         maintenance["max_snapshot_age_seconds"] = args.max_snapshot_age
+    if getattr(args, "compact_after_files", None):
+        maintenance["compact_after_files"] = args.compact_after_files
     return parse_config({
         "kafka": {"bootstrap_servers": bootstrap, "pattern": pattern, "client": client,
                   "max_records_per_batch": args.batch_records, "catch_up": args.catch_up},

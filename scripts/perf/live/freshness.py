@@ -66,6 +66,69 @@ def commit_drift(rows: list[dict]) -> dict | None:
     return {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
 
 
+def live_files(db: Path, namespace: str) -> dict[str, int]:
+    """Data files of each table's current snapshot (what a reader opens), read from the catalog's
+    metadata pointers and the metadata JSON directly (no pyiceberg in the sampling thread)."""
+    import json
+    import sqlite3
+    from urllib.parse import urlparse
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT table_name, metadata_location FROM iceberg_tables WHERE table_namespace = ?",
+                            (namespace,)).fetchall()
+    out = {}
+    for name, location in rows:
+        try:
+            with open(urlparse(location).path) as fh:
+                meta = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        current = next((s for s in meta.get("snapshots", []) if s["snapshot-id"] == meta.get("current-snapshot-id")),
+                       None)
+        out[name] = int((current or {}).get("summary", {}).get("total-data-files", 0))
+    return out
+
+
+class FileSampler:
+    """Every `interval` seconds: data files per table on disk and in the current snapshots."""
+
+    def __init__(self, root: Path, t0: float, interval: float = 60.0):
+        import threading
+
+        self.root, self.t0, self.interval, self.rows = root, t0, interval, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-files", daemon=True)
+
+    def start(self) -> "FileSampler":
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        from scripts.perf.probe import data_file_stats
+
+        disk = data_file_stats(self.root / "warehouse", NAMESPACE)
+        try:
+            live = list(live_files(self.root / "catalog.db", NAMESPACE).values())
+        except Exception as exc:  # a locked or busy catalog file: this sample has no live counts
+            print(f"  files sample: {exc}", flush=True)
+            live = []
+        self.rows.append({"t": round(time.time() - self.t0, 1), "disk_per_table_max": disk["files_per_table_max"],
+                          "disk_per_table_mean": disk["files_per_table_mean"],
+                          "live_per_table_max": max(live) if live else None,
+                          "live_per_table_mean": round(statistics.mean(live), 2) if live else None})
+        print(f"  files per table at {self.rows[-1]['t']:.0f} s: {self.rows[-1]}", flush=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.sample()
+        return self.rows
+
+
 def run_freshness(args, stack, root: Path) -> dict:
     from router.driver.job import build_spark, start_query, stop_between_batches
     from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows, data_file_stats, load_average
@@ -102,6 +165,12 @@ def run_freshness(args, stack, root: Path) -> dict:
     if args.broker_retention:
         retention = BrokerRetention(stack.broker, topics, args.partitions, args.broker_retention,
                                     dispatcher.batches).start()
+    profiler = None
+    if args.profile:
+        from scripts.perf.pyspy import Profiler
+
+        profiler = Profiler(Path(args.profile)).start()
+    files = FileSampler(root, t_produce).start()
     producer.start()
     producer.join()
     loaded = np.load(acks_file)
@@ -113,6 +182,9 @@ def run_freshness(args, stack, root: Path) -> dict:
             raise RuntimeError(str(query.exception()).splitlines()[0])
         time.sleep(0.5)
     stop_between_batches(query)
+    result["files_over_time"] = files.stop()
+    if profiler is not None:
+        result["profile"] = profiler.stop()
     result["memory_peak_mb"] = memory.stop()
     if retention is not None:
         result["broker_retention"] = retention.stop()
