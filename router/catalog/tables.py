@@ -104,6 +104,21 @@ def load_table(config: CatalogConfig, identifier: str, refresh: bool = False):
     return table
 
 
+def refresh_cached(config: CatalogConfig, identifiers) -> set[str]:
+    """Refresh the cached handles of `identifiers` with one catalog query where the catalog can
+    (our SqlCatalog); returns the identifiers whose handles are now current. Others (not cached,
+    gone, another catalog) are left to `load_table(..., refresh=True)`."""
+    refresh_tables = getattr(get_catalog(config), "refresh_tables", None)
+    if refresh_tables is None:
+        return set()
+    key = _key(config)
+    with _lock:
+        cached = {identifier: _tables.get((key, identifier)) for identifier in identifiers}
+    by_name = {table.name(): identifier for identifier, table in cached.items() if table is not None}
+    tables = [cached[identifier] for identifier in by_name.values()]
+    return {by_name[table.name()] for table in refresh_tables(tables)}
+
+
 def _refresh(config: CatalogConfig, identifier: str, table) -> None:
     """Bring the cached handle to the catalog's current metadata, in place (metadata files never change)."""
     refresh_table = getattr(get_catalog(config), "refresh_table", None)

@@ -27,6 +27,7 @@ from registry.wire import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
 from router import progress
 from router.arrays import one_chunk
 from router.catalog import load_table
+from router.catalog.tables import refresh_cached
 from router.decisions import projected_names, resolve_policy, table_view
 from router.descriptors import DispatchContext, TableResult
 from router.changes.exceptions import ChangeStreamError
@@ -111,6 +112,7 @@ class PartitionWriter:
         self.letters: list[DeadLetter] = []
         self.pending: dict[str, list[Pending]] = defaultdict(list)
         self.held: dict[str, dict] = {}  # table -> next offsets it holds (see held_offsets)
+        self.fresh: set[str] = set()  # tables whose cached handles this task refreshed (see held_offsets)
         self.source: pa.Table | None = None
         self.timings: dict[str, float] = defaultdict(float)
 
@@ -123,6 +125,7 @@ class PartitionWriter:
             self.route_topic(topic, start, length)
         t1 = time.perf_counter()
         self.timings["decode"] += t1 - t0
+        self.fresh = refresh_cached(self.ctx.catalog, [t for t in self.pending if t not in self.held])
         for table_id, items in self.pending.items():
             self.write_table(table_id, items)
         t2 = time.perf_counter()
@@ -246,12 +249,13 @@ class PartitionWriter:
 
         Other processes commit this table between two tasks of this worker (the
         driver, other tasks, a retried attempt of this one): the process's cached
-        handle may be behind, so it is refreshed here, once per task and table,
-        and evolution and the commit then start from that fresh metadata.
+        handle may be behind, so it is refreshed here, once per task and table
+        (all the task's tables in one catalog query before they are written, see
+        `run`), and evolution and the commit then start from that fresh metadata.
         """
         if table_id not in self.held:
             try:
-                table = load_table(self.ctx.catalog, table_id, refresh=True)
+                table = load_table(self.ctx.catalog, table_id, refresh=table_id not in self.fresh)
                 self.held[table_id] = progress.stored_progress(table, self.ctx.job).get("offsets", {})
             except NoSuchTableError:
                 self.held[table_id] = {}

@@ -123,6 +123,29 @@ def test_refresh_reads_metadata_only_when_the_table_moved(catalog_config, unique
     assert get_catalog(catalog_config).current_location(f"{name}_missing") is None
 
 
+def test_one_query_refreshes_every_cached_handle_a_task_wrote(catalog_config, unique_name):
+    from router.catalog.tables import refresh_cached
+
+    ns, other_ns = unique_name("n"), unique_name("m")
+    names = [f"{ns}.a", f"{ns}.b", f"{other_ns}.c"]
+    for name in names:
+        create_table(catalog_config, name, SCHEMA)
+    cached = {name: load_table(catalog_config, name) for name in names}
+    before = {name: t.metadata for name, t in cached.items()}
+    catalog_config.load().load_table(names[0]).append(rows(0, 4))  # another process commits a and c
+    catalog_config.load().load_table(names[2]).append(rows(4, 2))
+
+    fresh = refresh_cached(catalog_config, names + [f"{ns}.never_loaded"])
+
+    assert fresh == set(names)  # a handle this process never loaded is left to load_table
+    assert cached[names[1]].metadata is before[names[1]]  # did not move: nothing read
+    for name, count in ((names[0], 4), (names[2], 2)):
+        assert cached[name].metadata_location == catalog_config.load().load_table(name).metadata_location
+        assert read_iceberg(cached[name]).num_rows == count
+    catalog_config.load().drop_table(names[1])
+    assert refresh_cached(catalog_config, names) == {names[0], names[2]}  # gone: the caller's path raises
+
+
 def test_a_sqlite_catalog_file_uses_write_ahead_logging_without_an_fsync_per_commit(tmp_path):
     import sqlite3
 
