@@ -163,15 +163,20 @@ class SqlCatalog(_PyicebergSqlCatalog):
         return {wanted[(ns, name)]: location for ns, name, location in rows if (ns, name) in wanted}
 
     def refresh_tables(self, tables) -> list:
-        """`refresh_table` of many cached handles with one query; returns the handles now current
-        (a table the catalog no longer has is left out, for the caller's own per-table path)."""
+        """`refresh_table` of many cached handles with one query; returns the handles now current.
+        A table the catalog no longer has, or whose new metadata cannot be read, is left out: the
+        caller's per-table path meets the same error where it fails that table alone."""
         locations = self.current_locations([t.name() for t in tables])
         fresh = []
         for table in tables:
             location = locations.get(table.name())
-            if location is not None:
+            if location is None:
+                continue
+            try:
                 self._move(table, location)
-                fresh.append(table)
+            except Exception:  # noqa: BLE001 - reported by the table's own refresh, not here
+                continue
+            fresh.append(table)
         return fresh
 
     def refresh_table(self, table) -> bool:

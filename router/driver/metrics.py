@@ -14,8 +14,9 @@ values in labels. Each job serves its own registry, so tests can run several.
 Why a server of its own: a scrape at 200 tables renders ~2,000 samples, ~40 ms of the
 driver's Python under load. What batches update is rendered once per batch (on the first
 scrape after it) and kept; only the families time moves (seconds since last commit, lag)
-are rendered per scrape, and the lag is read from Spark at most every ``LAG_REFRESH_SECONDS``. ``_created`` series are not exported (Prometheus ignores them
-unless asked; they doubled the counters' output).
+are rendered per scrape, and the lag is read from Spark at most every
+``LAG_REFRESH_SECONDS``. ``_created`` series are not exported (Prometheus ignores
+them unless asked; they doubled the counters' output).
 """
 
 from __future__ import annotations
@@ -141,7 +142,6 @@ class JobMetrics:
             self.live.append(_PartitionLag(lag))
 
     def observe_commits(self, outcomes: Iterable) -> None:
-        self._rendered = None
         for o in outcomes:
             if o.status == "failed":
                 self.failures.labels(table=o.table).inc()
@@ -175,7 +175,7 @@ class JobMetrics:
             if seconds:
                 self.phase.labels(phase=phase).inc(seconds)
         self.quarantined.set(quarantined)
-        self._rendered = None
+        self._rendered = None  # after every update: a scrape during them rendered a partial batch
 
     def exposition(self) -> bytes:
         """The text format served at /metrics."""

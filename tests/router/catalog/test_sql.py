@@ -5,6 +5,7 @@ pyiceberg's path, and refreshes that skip the metadata read when the table did n
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,6 +145,13 @@ def test_one_query_refreshes_every_cached_handle_a_task_wrote(catalog_config, un
         assert read_iceberg(cached[name]).num_rows == count
     catalog_config.load().drop_table(names[1])
     assert refresh_cached(catalog_config, names) == {names[0], names[2]}  # gone: the caller's path raises
+    # a table whose new metadata cannot be read is left out too (its own refresh fails it alone)
+    writer = catalog_config.load().load_table(names[2])
+    writer.append(rows(6, 1))
+    os.remove(writer.metadata_location.removeprefix("file://"))
+    assert refresh_cached(catalog_config, names) == {names[0]}
+    with pytest.raises(FileNotFoundError):
+        load_table(catalog_config, names[2], refresh=True)
 
 
 def test_a_sqlite_catalog_file_uses_write_ahead_logging_without_an_fsync_per_commit(tmp_path):
