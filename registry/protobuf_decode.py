@@ -95,8 +95,9 @@ class ProtobufDecoder:
                       "batch_parse_failures": 0}
 
     def span(self, framed: pa.Array, skip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(the rows' bytes with PAD zero bytes after them, payload starts, payload ends) when
-        every row is ``skip`` bytes, this message's own index bytes, then its payload; else None."""
+        """(the rows' bytes and PAD more, payload starts, payload ends) when every row is ``skip``
+        bytes, this message's own index bytes, then its payload; else None. The bytes are the
+        Arrow buffer itself when it holds PAD bytes past the rows (a slice), else a copy."""
         n = len(framed)
         if not n or framed.null_count:
             return None
@@ -109,8 +110,11 @@ class ProtobufDecoder:
             if (data[starts + skip + j] != byte).any():
                 return None
         base, top = int(offsets[0]), int(offsets[-1])
-        buf = np.zeros(top - base + PAD, np.uint8)
-        buf[:top - base] = data[base:top]
+        if len(data) >= top + PAD:
+            buf = data[base:top + PAD]
+        else:
+            buf = np.zeros(top - base + PAD, np.uint8)
+            buf[:top - base] = data[base:top]
         return buf, starts - base + prefix, offsets[1:] - base
 
     def parse_batch(self, framed: pa.Array, skip: int, span: tuple | None

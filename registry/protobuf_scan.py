@@ -15,7 +15,7 @@ import pyarrow as pa
 __all__ = ["Bytes", "Unsupported", "PAD", "MAX_STEPS", "scan", "packed", "strings"]
 
 MAX_STEPS = 256        # fields a record may have (each repeated element counts) before upb takes the batch
-PAD = 16               # zero bytes after the data: words are read up to 15 bytes past a string's start
+PAD = 16               # bytes after the data (any value): words are read up to 15 bytes past a string's start
 _LEN_LIMIT = (1 << 31) - 1
 _MAX_FIELD = (1 << 29) - 1
 _U = np.uint64
@@ -32,7 +32,7 @@ class Unsupported(Exception):
 
 
 class Bytes:
-    """A batch's bytes (ending in PAD zero bytes) and the 8-byte word at every offset."""
+    """A batch's bytes (PAD more after the last record) and the 8-byte word at every offset."""
 
     def __init__(self, data: np.ndarray) -> None:
         self.data = data

@@ -218,7 +218,7 @@ class MessagePlan:
         self.oneofs = len(set(members)) < len(members)
 
     def arrays(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list:
-        """The columns of the records at ``data[starts[i]:ends[i]]`` (``data`` ends in PAD zero bytes)."""
+        """The columns of the records at ``data[starts[i]:ends[i]]`` (PAD bytes follow the last)."""
         return self.columns(Bytes(data), starts, ends)
 
     def columns(self, data: Bytes, starts: np.ndarray, ends: np.ndarray) -> list:
