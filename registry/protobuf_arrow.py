@@ -18,6 +18,7 @@ from __future__ import annotations
 import decimal
 import json
 import operator
+from itertools import chain
 from typing import Any, Callable
 
 import numpy as np
@@ -99,9 +100,29 @@ def record_converter(desc: Any) -> Conv:
 
 
 # -- column-wise -----------------------------------------------------------------
-def _mask(present: list[bool]) -> np.ndarray | None:
-    arr = np.fromiter(present, dtype=bool, count=len(present))
+_SECONDS_LIMIT = (2**63 - 1) // 1_000_000 - 3  # numpy's microseconds stay inside int64 up to here
+_SECONDS = operator.attrgetter("seconds")
+_NANOS = operator.attrgetter("nanos")
+_VALUE = operator.attrgetter("value")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+
+
+def _mask(msgs: list, name: str) -> np.ndarray | None:
+    arr = np.fromiter(map(operator.methodcaller("HasField", name), msgs), dtype=bool, count=len(msgs))
     return None if arr.all() else ~arr
+
+
+def _micros(values: list, kind: str) -> np.ndarray | list:
+    """Timestamp / Duration messages -> microseconds (numpy; Python ints beyond int64, which
+    pa.array then refuses as the per-record path does)."""
+    seconds = np.fromiter(map(_SECONDS, values), dtype=np.int64, count=len(values))
+    if len(values) and np.abs(seconds).max() > _SECONDS_LIMIT:
+        return [timestamp_micros(v) for v in values] if kind == "timestamp" else \
+            [duration_micros(v) for v in values]
+    nanos = np.fromiter(map(_NANOS, values), dtype=np.int64, count=len(values))
+    if kind == "timestamp":
+        return seconds * 1_000_000 + nanos // 1000
+    return seconds * 1_000_000 + np.where(nanos >= 0, nanos // 1000, -((-nanos) // 1000))
 
 
 class _Values:
@@ -119,14 +140,14 @@ class _Values:
             return self.struct.build(values, mask)
         if kind.startswith("wrapper:"):
             kind = kind[8:]
-            values = [w.value for w in values]
+            values = list(map(_VALUE, values))
         if kind == "enum":
             get = self.enum.get
             values = [get(v) or str(v) for v in values]
-        elif kind == "timestamp":
-            values = [v.seconds * 1_000_000 + v.nanos // 1000 for v in values]
-        elif kind == "duration":
-            values = [duration_micros(v) for v in values]
+        elif kind in ("timestamp", "duration"):
+            values = _micros(values, kind)
+            if kind == "timestamp" and isinstance(values, np.ndarray):
+                return pa.array(values, pa.int64(), mask=mask).view(typ)
         elif kind == "json":
             values = [None if mask is not None and mask[i] else _json_text(v) for i, v in enumerate(values)]
         elif kind == "uint64":
@@ -163,21 +184,14 @@ class _Column:
     def build(self, msgs: list) -> pa.Array:
         seqs = list(map(self.get, msgs))
         if self.kind == "list":
-            flat = [x for s in seqs for x in s]
+            flat = list(chain.from_iterable(seqs))
             return pa.LargeListArray.from_arrays(pa.array(_offsets(seqs)), self.items.build(flat), type=self.typ)
         if self.kind == "map":
-            keys, vals = [], []
-            for mp in seqs:
-                for k, v in mp.items():
-                    keys.append(k)
-                    vals.append(v)
+            pairs = list(chain.from_iterable(mp.items() for mp in seqs))
+            keys, vals = list(map(_FIRST, pairs)), list(map(_SECOND, pairs))
             return pa.MapArray.from_arrays(pa.array(_offsets(seqs).astype(np.int32)), self.keys.build(keys),
                                            self.items.build(vals), type=self.typ)
-        mask = None
-        if self.presence:
-            name = self.name
-            mask = _mask([m.HasField(name) for m in msgs])
-        return self.values.build(seqs, mask)
+        return self.values.build(seqs, _mask(msgs, self.name) if self.presence else None)
 
 
 class StructBuilder:

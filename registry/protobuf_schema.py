@@ -39,6 +39,7 @@ PROTOBUF = "PROTOBUF"
 WKT_PREFIX = "google/protobuf/"
 MAIN_FILE = "__schema__.proto"
 MAX_INDEXES = 64
+BATCH_PACKAGE = "icerouter_batch"
 
 
 def _zigzag(n: int) -> int:
@@ -192,6 +193,31 @@ class ProtobufFile:
         if cls is None:
             with self._lock:
                 cls = self._classes.setdefault(desc.full_name, message_factory.GetMessageClass(desc))
+        return cls
+
+    def batch_class(self, desc: Any) -> type:
+        """A message ``{ repeated <desc> items = 1; bytes pad = 15; }`` in ``desc``'s pool: many
+        payloads framed as its ``items`` are parsed by one upb call (registry/protobuf_decode.py)."""
+        key = ("batch", desc.full_name)
+        cls = self._classes.get(key)
+        if cls is None:
+            with self._lock:
+                cls = self._classes.get(key)
+                if cls is None:
+                    name = "Items_" + desc.full_name.replace(".", "_")
+                    proto = descriptor_pb2.FileDescriptorProto(name=f"{BATCH_PACKAGE}/{name}.proto",
+                                                               package=BATCH_PACKAGE, syntax="proto3",
+                                                               dependency=[desc.file.name])
+                    msg = proto.message_type.add(name=name)
+                    msg.field.add(name="items", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                                  label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+                                  type_name="." + desc.full_name)
+                    msg.field.add(name="pad", number=15, type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES,
+                                  label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+                    desc.file.pool.Add(proto)
+                    cls = message_factory.GetMessageClass(
+                        desc.file.pool.FindMessageTypeByName(f"{BATCH_PACKAGE}.{name}"))
+                    self._classes[key] = cls
         return cls
 
 

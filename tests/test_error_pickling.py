@@ -19,6 +19,7 @@ from registry.exceptions import (
     DecodeError, RegistryConfigError, RegistryError, RegistryUnavailable, SchemaNotFound,
     UnsupportedSchemaType, WireFormatError,
 )
+from registry.protobuf_scan import Unsupported
 from router.changes.exceptions import ChangeStreamError, EnvelopeError, KeyColumnsError
 from router.devstack.exceptions import (
     DevStackError, RegistryApiError, RegistryStoreError, ServiceMissingError, ServiceStartError,
@@ -49,6 +50,7 @@ EXAMPLES = [
     UnsupportedSchemaType("only AVRO and JSON", schema_id=3, schema_type="PROTOBUF"),
     WireFormatError("unknown magic byte 0x07", index=4, topic="t", partition=1, offset=99),
     DecodeError("EOF", schema_id=7, topic="t", partition=2, offset=1234, index=5),
+    Unsupported("singular message field written twice"),
     RouterError("failed", table="db.t", route="r1", offset=None),
     ConfigError("unknown key", path="job.nme"),
     SchemaFileError("schema file x.avsc is not UTF-8 text", path="schemas/x.avsc"),
