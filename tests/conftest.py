@@ -258,11 +258,13 @@ def rest_catalog(object_store):
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
-    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session)."""
+    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session). Like a real
+    cluster, its executors see no source tree and no PYTHONPATH: a job ships its Python environment
+    (``env_archive``)."""
     from router.devstack.spark_cluster import LocalSparkCluster
 
     cluster = LocalSparkCluster(str(tmp_path_factory.mktemp("spark_cluster")), workers=2, cores=1,
-                                memory="1g", tied_to_parent=True)
+                                memory="1g", tied_to_parent=True, share_source=False)
     cluster.start()
     yield cluster
     cluster.stop(remove_data=True)

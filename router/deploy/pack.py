@@ -50,7 +50,7 @@ EXECUTOR_PYTHON = f"./{ENV_NAME}/bin/python"
 DEFAULT_OUTPUT = "icerouter-env.tar.gz"
 #: at the archive's root: what `spark-submit` runs as the driver (it wants a .py file)
 ENTRY_SCRIPT = "icerouter_main.py"
-ENTRY_SOURCE = '''"""spark-submit entry of icerouter: `spark-submit [options] environment/icerouter_main.py run --config FILE`.
+ENTRY_SOURCE = '''"""spark-submit's entry to icerouter: spark-submit [options] environment/icerouter_main.py run --config FILE
 
 The same as the `icerouter` command: the arguments after this file's name are its arguments.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 
 from router.deploy.distributions import PackError, _installed, own_source, resolve
@@ -54,8 +56,17 @@ def _probe(python: Path, modules: tuple[str, ...], cwd: Path, pythonpath: str | 
     return json.loads(result.stdout)
 
 
+@pytest.fixture
+def env_dir(tmp_path):
+    """Where the archive is unpacked, under the name --archives gives it; removed afterwards (~770 MB)."""
+    path = tmp_path / "work" / "environment"
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_the_archive_runs_icerouter_from_itself_alone(env_archive, tmp_path):
+def test_the_archive_runs_icerouter_from_itself_alone(env_archive, env_dir, tmp_path):
     archive = env_archive["path"]
     assert f"--archives {archive}#environment --conf spark.pyspark.python=./environment/bin/python" \
         in env_archive["stdout"]
@@ -77,8 +88,6 @@ def test_the_archive_runs_icerouter_from_itself_alone(env_archive, tmp_path):
     assert f"{site_dir}/icerouter-0.1.0.dist-info/METADATA" in names and "icerouter_main.py" in names
 
     # unpacked as Spark unpacks --archives (tar), under the name --archives gives it
-    env_dir = tmp_path / "work" / "environment"
-    env_dir.mkdir(parents=True)
     subprocess.run(["tar", "-xzf", archive, "-C", str(env_dir)], check=True, timeout=300)
     python = env_dir / "bin" / "python"
     assert os.readlink(python) == base_python()
@@ -121,3 +130,26 @@ def test_a_missing_or_mismatched_requirement_is_one_line(requirement, message):
     with pytest.raises(PackError) as raised:
         _installed(Requirement(requirement), "icerouter")
     assert message in str(raised.value) and "\n" not in str(raised.value) and raised.value.exit_code == 2
+
+
+@pytest.mark.slow
+def test_run_refuses_a_worker_python_the_driver_cannot_start(tmp_path):
+    """The driver's JVM starts the Kafka source's Python workers with spark.pyspark.python too, resolved
+    against its working directory: without ./environment there, one line and exit 2, not a query failure."""
+    config = tmp_path / "router.yaml"
+    config.write_text(yaml.safe_dump({
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"]},
+        "registry": {"url": "http://127.0.0.1:1"},
+        "catalog": {"name": "c", "properties": {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}",
+                                                "warehouse": (tmp_path / "wh").as_uri()}},
+        "job": {"checkpoint": str(tmp_path / "checkpoint"),
+                "spark": {"spark.master": "local[1]", "spark.driver.memory": "512m",
+                          "spark.pyspark.python": "./environment/bin/python"}},
+        "routes": [{"name": "raw", "topic": "t", "table": "raw.{topic}"}],
+    }))
+    result = subprocess.run([sys.executable, "-m", "router.cli", "run", "--config", str(config)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "icerouter: error: spark.pyspark.python ./environment/bin/python does not exist in the driver's working "
+        f"directory {tmp_path}: the driver runs the Kafka source's planning in that Python too"), result.stderr[-2000:]
