@@ -258,14 +258,45 @@ def rest_catalog(object_store):
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
-    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session)."""
+    """A Spark standalone master and two one-core workers on 127.0.0.1 (one per session). Like a real
+    cluster, its executors see no source tree and no PYTHONPATH: a job ships its Python environment
+    (``env_archive``)."""
     from router.devstack.spark_cluster import LocalSparkCluster
 
     cluster = LocalSparkCluster(str(tmp_path_factory.mktemp("spark_cluster")), workers=2, cores=1,
-                                memory="1g", tied_to_parent=True)
+                                memory="1g", tied_to_parent=True, share_source=False)
     cluster.start()
     yield cluster
     cluster.stop(remove_data=True)
+
+
+@pytest.fixture(scope="session")
+def env_archive(tmp_path_factory) -> dict:
+    """`icerouter pack` of this checkout, by the real command, once per test run: the pytest-xdist
+    workers share it (the first to ask builds it under a lock). A dict: path, seconds, stdout, stderr."""
+    import fcntl
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, above each worker's own
+    done = root / "icerouter-env.json"
+    with open(root / "icerouter-env.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            archive = root / "icerouter-env.tar.gz"
+            started = time.monotonic()
+            result = subprocess.run([sys.executable, "-m", "router.cli", "pack", "--output", str(archive)],
+                                    cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+                                    timeout=900)
+            assert result.returncode == 0, result.stderr[-3000:]
+            done.write_text(json.dumps({"path": str(archive), "seconds": time.monotonic() - started,
+                                        "stdout": result.stdout, "stderr": result.stderr}))
+    return json.loads(done.read_text())
 
 
 @pytest.fixture(params=["sqlite", "postgres", "rest"])

@@ -16,6 +16,8 @@ import traceback
 from typing import Callable, Sequence
 
 from router.config import load_config
+from router.deploy import pack
+from router.deploy.pack import DEFAULT_OUTPUT
 from router.exceptions import ConfigError, RouterError
 from router.maintenance import maintain_command
 from router.planning.check import check_command
@@ -75,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("--dry-run", action="store_true")
     maintain.set_defaults(handler=cmd_maintain)
 
+    packer = sub.add_parser("pack", help="archive the job's Python environment for spark-submit --archives",
+                            epilog="every node that runs the archive needs this machine's Python (same version, "
+                                   "same path) on the same OS and CPU architecture")
+    packer.add_argument("--output", default=DEFAULT_OUTPUT, help=f"archive to write (default: {DEFAULT_OUTPUT})")
+    packer.add_argument("--include-pyspark", action="store_true",
+                        help="also pack pyspark and py4j (default: left out, the cluster's Spark provides them)")
+    packer.set_defaults(handler=cmd_pack)
+
     demo = sub.add_parser("demo", help="embedded stack, sample data, live job")
     demo.add_argument("--topics", type=int, default=50)
     demo.add_argument("--records", type=int, default=20_000, help="records per phase")
@@ -123,6 +133,13 @@ def cmd_maintain(args) -> int:
     config = load_config(args.config)
     output = maintain_command(config, args.table, dry_run=args.dry_run)
     print(output)
+    return EXIT_OK
+
+
+def cmd_pack(args) -> int:
+    result = pack(args.output, include_spark=args.include_pyspark,
+                  progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(result.instructions())
     return EXIT_OK
 
 

@@ -50,8 +50,11 @@ class LocalSparkCluster(Service):
     """Master + ``workers`` workers (``cores`` and ``memory`` each), all on 127.0.0.1 with free ports."""
 
     def __init__(self, workdir: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 start_timeout: float = 90.0, tied_to_parent: bool = False) -> None:
+                 start_timeout: float = 90.0, tied_to_parent: bool = False, share_source: bool = True) -> None:
+        """`share_source`: executors import this source tree (PYTHONPATH); False leaves them only what a
+        job ships (`icerouter pack`'s archive), as on a real cluster, and no PYTHONPATH at all."""
         self._own_dir = workdir is None
+        self.share_source = share_source
         self.workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="icerouter-spark-"))
         self.workers, self.cores, self.memory = workers, cores, memory
         self.start_timeout = start_timeout
@@ -68,12 +71,15 @@ class LocalSparkCluster(Service):
         return [p.pid for p in self.procs]
 
     def _env(self) -> dict:
-        """Daemons (and so executors and their Python workers) import this source tree."""
+        """Daemons (and so executors and their Python workers) import this source tree, if shared."""
         env = dict(os.environ)
         env.update(SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST, SPARK_LOG_DIR=os.path.join(self.workdir, "logs"),
                    SPARK_NO_DAEMONIZE="1", PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON") or sys.executable,
                    SPARK_WORKER_DIR=os.path.join(self.workdir, "work"))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_source_root(), env.get("PYTHONPATH")) if p)
+        if self.share_source:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_source_root(), env.get("PYTHONPATH")) if p)
+        else:
+            env.pop("PYTHONPATH", None)
         return env
 
     def _launch(self, name: str, args: list[str]) -> subprocess.Popen:
@@ -140,10 +146,12 @@ class LocalSparkCluster(Service):
 
     def spark_settings(self, executor_memory: str = "768m") -> dict:
         """``job.spark`` settings that submit a job to this cluster with every worker used."""
-        return {"spark.master": self.master_url, "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
-                "spark.executor.memory": executor_memory, "spark.executor.cores": str(self.cores),
-                "spark.cores.max": str(self.cores * self.workers),
-                "spark.executorEnv.PYTHONPATH": self._env()["PYTHONPATH"]}
+        settings = {"spark.master": self.master_url, "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
+                    "spark.executor.memory": executor_memory, "spark.executor.cores": str(self.cores),
+                    "spark.cores.max": str(self.cores * self.workers)}
+        if self.share_source:
+            settings["spark.executorEnv.PYTHONPATH"] = self._env()["PYTHONPATH"]
+        return settings
 
     def stop(self, remove_data: bool | None = None) -> None:
         """Workers first (they kill their executors), then the master; drop a temporary workdir."""

@@ -50,16 +50,27 @@ SPARK_DEFAULTS = {
 
 
 def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
-    """A SparkSession with our defaults; settings from `job.spark` win. Call before any JVM starts."""
+    """A SparkSession: our defaults, then what spark-submit set (when it started this driver), then
+    `job.spark` (Spark's own order: settings made in code win over spark-submit's). Call before any
+    JVM starts, or from a driver spark-submit started."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # a corrupt Avro payload makes the columnar reader panic (caught, the record is dead-lettered);
     # keep that to one line in the worker logs instead of a full Rust backtrace
     os.environ["RUST_BACKTRACE"] = "0"
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or sys.executable)
     log4j = Path(__file__).with_name("log4j2.properties")
     quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
              "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
-    settings = {**SPARK_DEFAULTS, **quiet, **{k: str(v) for k, v in config.job.spark.items()}, **(extra or {})}
+    submitted = submitted_settings()
+    own = {k: str(v) for k, v in config.job.spark.items()}
+    for key in sorted(own.keys() & submitted.keys()):
+        if own[key] != submitted[key]:
+            log.warning("job.spark sets %s=%s over spark-submit's %s", key, own[key], submitted[key])
+    settings = {**SPARK_DEFAULTS, **quiet, **submitted, **own, **(extra or {})}
+    # the Python workers' interpreter is PYSPARK_PYTHON in this process (pyspark reads nothing else);
+    # spark-submit sets it from spark.pyspark.python, pyspark's own JVM launch does not
+    if settings.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     master = settings.pop("spark.master")
     if master.startswith("local[") and "," not in master:
         master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
@@ -69,6 +80,29 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def submitted_settings() -> dict[str, str]:
+    """The settings of the JVM spark-submit started for this driver (its --master, --conf and
+    spark-defaults.conf); empty when pyspark is to start its own JVM."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it runs
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, starts none
+    return dict(SparkConf().getAll())
+
+
+def check_driver_python(spark) -> None:
+    """The Python data source plans each batch in Python workers that the driver's JVM starts with
+    the executors' interpreter (spark.pyspark.python), a relative path resolved against the
+    driver's working directory: say so in one line instead of failing the query on it."""
+    python = spark.sparkContext.pythonExec
+    if os.sep in python and not os.path.exists(python):  # a bare name is looked up on PATH
+        raise ConfigError(f"spark.pyspark.python {python} does not exist in the driver's working directory "
+                          f"{os.getcwd()}: the driver runs the Kafka source's planning in that Python too "
+                          "(with an archive from `icerouter pack`: mkdir -p environment && tar -xzf "
+                          "<archive> -C environment)")
 
 
 def source_options(config: RouterConfig) -> KafkaSourceOptions:
@@ -166,10 +200,13 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     `make_dispatcher` is called with the config and the Dispatcher's keyword arguments
     (benchmarks pass a subclass that records timings).
     """
+    python_source = not jvm_kafka_available(spark)
+    if python_source:
+        check_driver_python(spark)
     options = source_options(config)
     prepare_catalog(config)
     resume = start_positions(config, options).to_json()
-    fused = config.job.fused_read and not jvm_kafka_available(spark)
+    fused = config.job.fused_read and python_source
     handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
         write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine

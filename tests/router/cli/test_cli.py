@@ -94,6 +94,8 @@ def test_check_end_to_end_junit(setup):
     (["plan", "--config", "/nonexistent.yaml", "--subject", "s"], "config file not found"),
     (["run"], "the following arguments are required: --config"),
     (["bogus"], "invalid choice"),
+    (["pack", "--output", "/nonexistent-dir/env.tar.gz"], "cannot write /nonexistent-dir/env.tar.gz: directory "
+                                                         "/nonexistent-dir does not exist"),
 ])
 def test_usage_and_config_errors_exit_2_with_one_line(args, message):
     result = icerouter(*args)

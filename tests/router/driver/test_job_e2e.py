@@ -69,9 +69,10 @@ def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_p
     return path
 
 
-def _run(config: Path, *args: str, env: dict | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
+def _run(config: Path, *args: str, env: dict | None = None, timeout: float = 400,
+         cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "router.cli", "run", "--config", str(config), *args],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 class Ledger:
@@ -115,7 +116,9 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
     _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
 
 
-def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None):
+def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None,
+                           driver_env: dict | None = None, driver_cwd: Path | None = None):
+    """`driver_env` / `driver_cwd`: the job's environment variables and working directory."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
 
@@ -149,16 +152,18 @@ def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_prop
     ledger.produce(kafka_bootstrap, poison, lambda topic, headers: [f"{prefix}_ops.dead_letters"])
 
     # Run 1: SIGKILL after the 10th table commit of the first batch.
-    crashed = _run(config, "--available-now", env={"ICEROUTER_CRASH_AT": "commit:10", "ICEROUTER_CRASH_DIR": str(tmp_path)})
+    crashed = _run(config, "--available-now", cwd=driver_cwd, env={
+        **(driver_env or {}), "ICEROUTER_CRASH_AT": "commit:10", "ICEROUTER_CRASH_DIR": str(tmp_path)})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
 
     # Run 2: restart from the checkpoint and catch up.
-    caught_up = _run(config, "--available-now")
+    caught_up = _run(config, "--available-now", env=driver_env, cwd=driver_cwd)
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]
 
     # Run 3: continuous; v2 schema and a topic created while running.
     proc = subprocess.Popen([sys.executable, "-m", "router.cli", "run", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(driver_env or {})}, cwd=driver_cwd)
     started = time.time()
     try:
         status = tmp_path / "status.json"
