@@ -68,7 +68,8 @@ def own_source() -> OwnSource:
         installed = metadata.distribution(ROOT_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         installed = None
-    if installed is not None and _imports_resolve_to(installed, packages[0] / "__init__.py"):
+    if installed is not None and _is_wheel_install(installed) and _imports_resolve_to(installed,
+                                                                                      packages[0] / "__init__.py"):
         return OwnSource(packages, installed.version, tuple(installed.requires or ()), installed)
     # editable (or a checkout first on sys.path): the source tree's own declaration is the truth
     # for the code being packed; the installed metadata may be another checkout's
@@ -81,6 +82,13 @@ def own_source() -> OwnSource:
         return OwnSource(packages, installed.version, tuple(installed.requires or ()), None)
     raise PackError(f"{ROOT_DISTRIBUTION}'s requirements are unknown: router is imported from {packages[0]}, "
                     f"which has no pyproject.toml beside it, and no {ROOT_DISTRIBUTION} distribution is installed")
+
+
+def _is_wheel_install(dist: metadata.Distribution) -> bool:
+    """Installed by pip from a wheel (a dist-info with a RECORD), not a source tree's own egg-info
+    (`setup.py develop` / a checkout's icerouter.egg-info found through the working directory), whose
+    SOURCES.txt lists the tree's files rather than an installed package."""
+    return dist.read_text("RECORD") is not None
 
 
 def _imports_resolve_to(dist: metadata.Distribution, init: Path) -> bool:
