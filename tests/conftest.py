@@ -290,7 +290,8 @@ def env_archive(tmp_path_factory) -> dict:
         if not done.exists():
             archive = root / "icerouter-env.tar.gz"
             started = time.monotonic()
-            result = subprocess.run([sys.executable, "-m", "router.cli", "pack", "--output", str(archive)],
+            result = subprocess.run([sys.executable, "-m", "router.cli", "pack", "--output", str(archive),
+                                     "--compress-level", "1"],
                                     cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
                                     timeout=900)
             assert result.returncode == 0, result.stderr[-3000:]

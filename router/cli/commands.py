@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from router.config import load_config
 from router.deploy import pack
-from router.deploy.pack import DEFAULT_OUTPUT
+from router.deploy.pack import COMPRESS_LEVEL, DEFAULT_OUTPUT
 from router.exceptions import ConfigError, RouterError
 from router.maintenance import maintain_command
 from router.planning.check import check_command
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     packer.add_argument("--output", default=DEFAULT_OUTPUT, help=f"archive to write (default: {DEFAULT_OUTPUT})")
     packer.add_argument("--include-pyspark", action="store_true",
                         help="also pack pyspark and py4j (default: left out, the cluster's Spark provides them)")
+    packer.add_argument("--compress-level", type=int, choices=range(0, 10), default=COMPRESS_LEVEL, metavar="0-9",
+                        help=f"gzip level (default {COMPRESS_LEVEL}; 1 is about twice as fast, ~13%% larger)")
     packer.set_defaults(handler=cmd_pack)
 
     demo = sub.add_parser("demo", help="embedded stack, sample data, live job")
@@ -137,7 +139,7 @@ def cmd_maintain(args) -> int:
 
 
 def cmd_pack(args) -> int:
-    result = pack(args.output, include_spark=args.include_pyspark,
+    result = pack(args.output, include_spark=args.include_pyspark, compress_level=args.compress_level,
                   progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.instructions())
     return EXIT_OK
