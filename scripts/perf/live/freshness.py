@@ -131,7 +131,8 @@ class FileSampler:
 
 def run_freshness(args, stack, root: Path) -> dict:
     from router.driver.job import build_spark, start_query, stop_between_batches
-    from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows, data_file_stats, load_average
+    from scripts.perf.probe import (CpuSampler, MemorySampler, RecordingDispatcher, batch_rows, cpu_per_second,
+                                    data_file_stats, load_average)
 
     result = {"mode": "freshness", "topics": args.topics, "partitions": args.partitions, "rate": args.rate,
               "duration": args.duration, "trigger": args.trigger, "fan_in": args.fan_in,
@@ -171,8 +172,11 @@ def run_freshness(args, stack, root: Path) -> dict:
 
         profiler = Profiler(Path(args.profile)).start()
     files = FileSampler(root, t_produce).start()
+    cpu = CpuSampler()
+    cpu_before = cpu.sample()
     producer.start()
     producer.join()
+    result["cores_while_producing"] = cpu_per_second(cpu_before, cpu.sample())  # where the 2 cores went
     loaded = np.load(acks_file)
     acks = loaded["acks"]
     expected = warm + len(acks)
