@@ -144,7 +144,6 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     if not result.has_work and not result.settled:
         outcome.status = "empty"
         return outcome
-    prop = property_name(job)
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         outcome.attempts = attempt + 1

@@ -59,7 +59,7 @@ from pyiceberg.table.update import (  # pinned pyiceberg 0.12 (tests/router/cata
 from pyiceberg.utils.datetime import datetime_to_millis
 from pyiceberg.utils.properties import property_as_bool
 from pyiceberg.typedef import EMPTY_DICT
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import bindparam, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from router.catalog.metadata_files import read_metadata, write_metadata
@@ -125,6 +125,16 @@ class StagedCommit:
     base_location: str
     metadata: Any  # the new TableMetadata (the base's when nothing changed)
     location: str  # its metadata file, written
+
+
+#: The compare-and-swap of one table's metadata location, built once (building the expression was
+#: ~0.4 ms a table); its parameters name the row, the location it must still hold and the new one.
+_SWAP = (update(IcebergTables)
+         .where(IcebergTables.catalog_name == bindparam("catalog"),
+                IcebergTables.table_namespace == bindparam("namespace"),
+                IcebergTables.table_name == bindparam("table"),
+                IcebergTables.metadata_location == bindparam("base"))
+         .values(metadata_location=bindparam("location"), previous_metadata_location=bindparam("base")))
 
 
 #: Set on every connection to a file SQLite catalog (per connection, unlike journal_mode).
@@ -310,10 +320,11 @@ class SqlCatalog(_PyicebergSqlCatalog):
         with self.engine.begin() as conn:
             for i in order:
                 s = staged_commits[i]
-                swap = (update(IcebergTables)
-                        .where(*self._row(s.table.name()), IcebergTables.metadata_location == s.base_location)
-                        .values(metadata_location=s.location, previous_metadata_location=s.base_location))
-                swapped[i] = conn.execute(swap).rowcount == 1
+                identifier = s.table.name()
+                swapped[i] = conn.execute(_SWAP, {
+                    "catalog": self.name, "namespace": Catalog.namespace_to_string(Catalog.namespace_from(identifier)),
+                    "table": Catalog.table_name_from(identifier), "base": s.base_location, "location": s.location,
+                }).rowcount == 1
         return swapped
 
     @staticmethod
