@@ -12,8 +12,9 @@ objects they come from (the cache entry holds those objects, so an id is never
 reused while cached); a table's cached metadata keeps handing out the same
 objects from commit to commit. The bytes written are pyiceberg's (the sync
 marker is random per file as before; tests/router/catalog/test_avro_writers.py
-compares files written both ways). `install` puts this in place, once per
-process (router.catalog.get_catalog calls it).
+compares files written both ways). A commit's manifests are written in the
+committing thread, not handed to pyiceberg's pool (`_InlineSubmit`). `install`
+puts this in place, once per process (router.catalog.get_catalog calls it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import Future
 
 from cachetools import LRUCache
 from pyiceberg.avro.file import (
@@ -29,7 +31,9 @@ from pyiceberg.avro.file import (
 )
 from pyiceberg.avro.resolver import construct_writer, resolve_writer
 from pyiceberg.manifest import ManifestWriter
+from pyiceberg.table.update import snapshot as snapshot_module
 from pyiceberg.typedef import EMPTY_DICT
+from pyiceberg.utils.concurrent import ExecutorFactory
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 #: Schemas, writer trees and JSON texts kept per process (a few per table).
@@ -102,7 +106,36 @@ def _write_header(self: AvroOutputFile) -> None:
     _META_WRITER.write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
 
 
+class _InlineSubmit:
+    """pyiceberg's executor for snapshot producers, with `submit` run in the caller's thread.
+
+    A commit's producer hands its new manifest, its delete manifests and the
+    parent's manifest list to pyiceberg's thread pool and waits for all three:
+    Python work that holds the GIL, so the hand-off to pool threads and back is
+    pure cost (measured in scripts/bench_task.py). `map` (an overwrite reading
+    many manifests, I/O an object store can overlap) still uses the pool.
+    """
+
+    @staticmethod
+    def get_or_create():
+        return _InlineSubmit()
+
+    @staticmethod
+    def submit(fn, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - raised by result(), as the pool's future would
+            future.set_exception(exc)
+        return future
+
+    @staticmethod
+    def map(fn, *iterables, **kwargs):
+        return ExecutorFactory.get_or_create().map(fn, *iterables, **kwargs)
+
+
 def install() -> None:
+    snapshot_module.ExecutorFactory = _InlineSubmit
     ManifestWriter._with_partition = _with_partition
     ManifestWriter._meta = property(_meta)
     AvroOutputFile.__init__ = _init
@@ -111,6 +144,7 @@ def install() -> None:
 
 def uninstall() -> None:
     """pyiceberg's own writers again (tests, the benchmark's baseline)."""
+    snapshot_module.ExecutorFactory = ExecutorFactory
     ManifestWriter._with_partition = _pyiceberg["with_partition"]
     ManifestWriter._meta = _pyiceberg["meta"]
     AvroOutputFile.__init__ = _pyiceberg["init"]
