@@ -52,9 +52,7 @@ def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int
         staged = []
         for i, result in enumerate(results):
             entry = _stage(sql, catalog, i, result, job, batch_id, maintenance, where)
-            if isinstance(entry, CommitOutcome):
-                outcomes[i] = entry
-            elif entry is not None:
+            if entry is not None:
                 staged.append(entry)
         committed = _swap(sql, catalog, staged)
         for entry in committed:
@@ -73,8 +71,8 @@ def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int
 
 def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: int,
            maintenance: MaintenanceConfig | None, where: str):
-    """The table's first attempt staged; a CommitOutcome when it is decided without a commit (held
-    already), None when it is left to `commit_table` (upserts, errors: reported there)."""
+    """The table's first attempt staged; None leaves the table to `commit_table` (upserts, results
+    the table holds in whole or in part, errors: decided and reported there)."""
     if result.later or result.upsert is not None or not result.has_work:
         return None
     started, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
