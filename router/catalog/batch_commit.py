@@ -14,7 +14,9 @@ goes through `commit_table` alone, with its own retries and report; the others
 are committed all the same. When the transaction itself fails (catalog
 unreachable) every staged table goes the same way, its files left in place (the
 commit may have landed: `commit_table` then finds its offsets held and skips).
-Catalogs other than our SqlCatalog commit table by table.
+Catalogs other than our SqlCatalog commit table by table, and so does a crash
+drill at table commits (router/faults.py: its SIGKILL comes right after the N-th
+table commit, with the task's other tables not yet committed).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from router.catalog.commit import (
 )
 from router.catalog.tables import get_catalog, load_table
 from router.config import CatalogConfig, MaintenanceConfig
-from router.faults import crash_point
+from router.faults import crash_point, drilling
 from router.progress import stored_progress
 
 
@@ -48,7 +50,7 @@ def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int
     """`commit_table` of every result, in order; see the module docstring."""
     outcomes: list[CommitOutcome | None] = [None] * len(results)
     sql = get_catalog(catalog)
-    if len(results) > 1 and hasattr(sql, "swap_staged"):
+    if len(results) > 1 and hasattr(sql, "swap_staged") and not drilling("commit", drill):
         staged = []
         for i, result in enumerate(results):
             entry = _stage(sql, catalog, i, result, job, batch_id, maintenance, where)

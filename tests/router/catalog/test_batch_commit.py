@@ -146,3 +146,17 @@ def test_a_failing_swap_fails_its_table_alone_and_nothing_is_lost(catalog_config
     for table_id in ids:
         assert ids_in(catalog_config, table_id) == [0, 1, 2, 3, 4]
         assert stored_progress(load_table(catalog_config, table_id, refresh=True), JOB)["offsets"] == {"t/0": 5}
+
+
+def test_a_crash_drill_at_table_commits_commits_table_by_table(catalog_config, unique_name, tmp_path):
+    """The drill's SIGKILL comes right after the N-th table commit, others not yet committed: so
+    under the drill the tables are committed one transaction each (a count far off: no kill here)."""
+    import os
+
+    ids = make_tables(catalog_config, unique_name)
+    commits = catalog_commits(catalog_config)
+    drill = ("commit:1000", os.getpid(), str(tmp_path))
+    outcomes = commit_tables(catalog_config, [result_for(catalog_config, t, "t/0", 0, 5) for t in ids], JOB, 0,
+                             drill=drill, where="task")
+    assert [o.status for o in outcomes] == ["committed"] * 3 and len(commits) == 3
+    assert (tmp_path / f"icerouter-crash-commit-{os.getpid()}").read_text() == "3"
