@@ -41,6 +41,13 @@ def drill() -> tuple[str, int, str | None] | None:
     return (spec, os.getpid(), os.environ.get(DIR_ENV)) if spec else None
 
 
+def drilling(name: str, drill_from_driver: tuple[str, int, str | None] | None = None) -> bool:
+    """Whether a crash drill at the named point is set (code that commits several tables at once
+    then commits them one by one, so "right after the N-th table commit" stays exact)."""
+    spec = drill_from_driver[0] if drill_from_driver else os.environ.get(ENV)
+    return bool(spec) and spec.startswith(f"{name}:")
+
+
 def crash_point(name: str, drill_from_driver: tuple[str, int, str | None] | None = None) -> None:
     """SIGKILL the driver once the job reaches the named point N times (see the module docstring).
 

@@ -109,6 +109,28 @@ def due_for_expiry(metadata, maintenance: MaintenanceConfig | None) -> list[int]
     return ids if len(ids) >= maintenance.expire_every_commits else []
 
 
+def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire: list[int],
+                      deletes: list) -> StagedTransaction:
+    """The table's commit of `result` staged (files written, nothing committed): the job's offsets
+    in a table property and the snapshot summary, the append (or row delta), the expiry."""
+    tx = StagedTransaction(table)
+    prop = property_name(job)
+    if not result.has_work:  # the dead-letter table's settled offsets move every batch
+        doc["at_snapshot"] = table.metadata.current_snapshot_id
+    # set first: the append reads the manifest merge settings from the staged properties
+    tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties), prop: json.dumps(doc)})
+    summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
+    if result.upsert is not None:  # images and the position deletes of the rows they replace
+        row_delta(tx, result.data_files, deletes, snapshot_properties=summary)
+    elif result.data_files:
+        with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
+            for data_file in result.data_files:
+                append.append_data_file(data_file)
+    if expire:
+        ExpireSnapshots(tx).by_ids(expire).commit()
+    return tx
+
+
 def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int = 6,
                  maintenance: MaintenanceConfig | None = None, drill: tuple | None = None,
                  where: str = "driver") -> CommitOutcome:
@@ -122,7 +144,6 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     if not result.has_work and not result.settled:
         outcome.status = "empty"
         return outcome
-    prop = property_name(job)
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         outcome.attempts = attempt + 1
@@ -141,21 +162,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             doc = progress_document(previous, result, batch_id)
             expire = due_for_expiry(table.metadata, maintenance)
             deletes = replaced_rows(table, result.upsert) if result.upsert is not None else []
-            with StagedTransaction(table) as tx:
-                if not result.has_work:  # the dead-letter table's settled offsets move every batch
-                    doc["at_snapshot"] = table.metadata.current_snapshot_id
-                # set first: the append reads the manifest merge settings from the staged properties
-                tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties),
-                                   prop: json.dumps(doc)})
-                summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
-                if result.upsert is not None:  # images and the position deletes of the rows they replace
-                    row_delta(tx, result.data_files, deletes, snapshot_properties=summary)
-                elif result.data_files:
-                    with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
-                        for data_file in result.data_files:
-                            append.append_data_file(data_file)
-                if expire:
-                    ExpireSnapshots(tx).by_ids(expire).commit()
+            stage_transaction(table, result, job, batch_id, doc, expire, deletes).commit_transaction()
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.deleted_rows = sum(f.record_count for f in deletes)

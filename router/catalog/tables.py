@@ -22,7 +22,7 @@ from pyiceberg.transforms import (
 )
 
 from evolution.backoff import backoff_delay
-from router.catalog import avro_readers
+from router.catalog import avro_readers, avro_writers
 from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError
 
@@ -86,6 +86,7 @@ def get_catalog(config: CatalogConfig):
         catalog = _catalogs.get(key)
         if catalog is None:
             avro_readers.install()  # manifest lists and manifests read without re-resolving their schema
+            avro_writers.install()  # and written without rebuilding their schemas and writer trees
             catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog")
         return catalog
 

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from router import progress
-from router.catalog.commit import commit_table
+from router.catalog.batch_commit import commit_tables
 from router.descriptors import RANGES_STAT, READ_STAT, DispatchContext, TableResult, encode_descriptors
 from router.exceptions import crossing_process_boundary
 from router.executor.partition import PartitionWriter
@@ -78,13 +78,13 @@ def commit_here(ctx: DispatchContext, results: Sequence[TableResult]) -> None:
     thread, and a table is visible as soon as its task is done. Exactly-once
     holds across tasks and retries by offsets (router/catalog/commit.py). The
     dead-letter table is left to the driver: it commits last, with the offsets
-    the whole batch settled.
+    the whole batch settled. The tables' swaps share one catalog transaction
+    (router/catalog/batch_commit.py); each table still commits or fails alone.
     """
-    for result in results:
-        if not result.has_work or result.table == ctx.dlq.table:
-            continue
-        outcome = commit_table(ctx.catalog, result, ctx.job, ctx.batch_id, retries=ctx.commit_retries,
-                               maintenance=ctx.maintenance, drill=ctx.drill, where="task")
+    mine = [r for r in results if r.has_work and r.table != ctx.dlq.table]
+    outcomes = commit_tables(ctx.catalog, mine, ctx.job, ctx.batch_id, retries=ctx.commit_retries,
+                             maintenance=ctx.maintenance, drill=ctx.drill, where="task")
+    for result, outcome in zip(mine, outcomes):
         if outcome.status in ("committed", "skipped"):
             result.commits.append(outcome)
             result.data_files, result.offsets, result.rows, result.upsert = [], {}, 0, None

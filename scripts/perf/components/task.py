@@ -83,7 +83,7 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
 
 
 def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "runs",
-        row_sort_baseline: bool = False) -> dict:
+        row_sort_baseline: bool = False, profile_out: str | None = None) -> dict:
     from router.descriptors import STATS_ROW
     from router.devstack.registry_server import RegistryServer
     from router.driver.dispatcher import Dispatcher
@@ -138,6 +138,8 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
                                              for k in ("decode", "evolve", "write", "commit")}
         result["speedup_vs_row_sort"] = round(result["row_sort_median_s"] / median, 2)
     if profiler is not None:
+        if profile_out:
+            profiler.dump_stats(profile_out)
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
         result["profile_top_tottime"] = [line.strip() for line in text.getvalue().splitlines()
@@ -155,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row-sort-baseline", action="store_true",
                     help="every other steady round sorts and gathers every row (the grouping before segments)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-out", help="with --profile: also save the last round's pstats to this file")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
-    return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline),
+    return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
+                    args.profile_out),
                 args.json_file)
 
