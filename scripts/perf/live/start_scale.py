@@ -59,12 +59,9 @@ def _summary(run: dict, topics: int) -> dict:
     marks, parts = run["marks_s"], run["parts_s"]
     full = [b for b in run["batches"] if b["tables"] >= topics]
     out = {"start_s": marks.get("first_batch_running"),
-           "parts_s": {"python_and_imports": marks["imports"],
-                       "spark_session": round(marks["spark_session"] - marks["imports"], 3),
-                       "prepare_catalog": parts.get("prepare_catalog"),
-                       "start_positions": parts.get("start_positions"),
-                       "query_start_other": round(marks["query_started"] - marks["spark_session"]
-                                                  - parts.get("prepare_catalog", 0) - parts.get("start_positions", 0), 3),
+           # seconds of each step; with `launch` (overlapped) the catalog steps ran during build_spark
+           "overlapped": run.get("launch", False),
+           "parts_s": {"python_and_imports": marks["imports"], **parts,
                        "query_started_to_first_batch": round(marks["first_batch_running"] - marks["query_started"], 3)
                        if "first_batch_running" in marks else None},
            "memory_peak_mb": run["memory_peak_mb"],
