@@ -11,13 +11,14 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
-from router.catalog import get_catalog, load_table
+from router.catalog import get_catalog
+from router.catalog.progress_views import table_views
 from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
@@ -163,17 +164,15 @@ def prepare_catalog(config: RouterConfig) -> None:
 
 def check_table_modes(config: RouterConfig) -> None:
     """Refuse to start when a route would switch an existing table between append and upsert
-    (or to other key columns); tables named from data are checked by the tasks, the same way."""
+    (or to other key columns); tables named from data are checked by the tasks, the same way.
+    The tables' current schemas are read together (router/catalog/progress_views.py)."""
     routing = RoutingTable(config.routes, config.tables, config.dlq)
-    for route in routing.routes:
-        if route.placeholders:
+    named = [(route, routing.render(route, "")) for route in routing.routes if not route.placeholders]
+    views = table_views(config.catalog, [name for _, name in named])
+    for route, name in named:
+        if name not in views:
             continue
-        name = routing.render(route, "")
-        try:
-            table = load_table(config.catalog, name)
-        except NoSuchTableError:
-            continue
-        reason = mode_conflict(name, table.schema(), route.write)
+        reason = mode_conflict(name, views[name].schema(), route.write)
         if reason:
             raise ConfigError(f"route {route.name}: {reason}", table=name)
 
@@ -192,20 +191,27 @@ def start_positions(config: RouterConfig, options):
     return plan
 
 
+def prepare_start(config: RouterConfig, options: KafkaSourceOptions) -> str:
+    """The catalog prepared and the start positions (the source's resume JSON): no Spark needed."""
+    prepare_catalog(config)
+    return start_positions(config, options).to_json()
+
+
 def start_query(spark, config: RouterConfig, available_now: bool = False,
                 make_dispatcher: Callable[..., Dispatcher] = Dispatcher,
-                listeners: Sequence[Callable[[BatchStats], None]] = ()):
+                listeners: Sequence[Callable[[BatchStats], None]] = (), resume: str | None = None):
     """Start the streaming query; returns (query, dispatcher).
 
     `make_dispatcher` is called with the config and the Dispatcher's keyword arguments
-    (benchmarks pass a subclass that records timings).
+    (benchmarks pass a subclass that records timings). `resume`: `prepare_start`'s answer when
+    the caller has it already (`launch`).
     """
     python_source = not jvm_kafka_available(spark)
     if python_source:
         check_driver_python(spark)
     options = source_options(config)
-    prepare_catalog(config)
-    resume = start_positions(config, options).to_json()
+    if resume is None:
+        resume = prepare_start(config, options)
     fused = config.job.fused_read and python_source
     handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
@@ -228,6 +234,17 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     query = writer.start()
     log.info("query %s started (checkpoint %s)", config.job.name, config.job.checkpoint)
     return query, dispatcher
+
+
+def launch(config: RouterConfig, available_now: bool = False, **kwargs):
+    """`build_spark` and `start_query`, the catalog prepared and the start positions read while the
+    JVM starts (both only talk to the catalog and the broker; at 1,000 tables they are a second or
+    more of a start that Spark's session alone takes several seconds of). Returns (spark, query,
+    dispatcher); `kwargs` go to `start_query`."""
+    with ThreadPoolExecutor(1, thread_name_prefix="icerouter-start") as pool:
+        resume = pool.submit(prepare_start, config, source_options(config))
+        spark = build_spark(config)
+        return (spark, *start_query(spark, config, available_now, resume=resume.result(), **kwargs))
 
 
 #: How long a stop waits for the running micro-batch to end before stopping it anyway.
@@ -269,8 +286,7 @@ def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
         lease.acquire()  # a second job with this name is refused here, before Spark starts
     dispatcher = None
     try:
-        spark = build_spark(config)
-        query, dispatcher = start_query(spark, config, available_now)
+        spark, query, dispatcher = launch(config, available_now)
 
         def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
             log.info("signal %s: stopping %s after the current batch", signum, config.job.name)

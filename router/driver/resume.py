@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import time
 
-from pyiceberg.exceptions import NoSuchTableError
-
-from router.catalog import get_catalog, load_table
+from router.catalog import get_catalog
+from router.catalog.progress_views import table_views
 from router.config import RouterConfig
 from router.progress import rolled_back, stored_progress
 from router.routing import RoutingTable
@@ -49,18 +48,16 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
     return earliest if value == EARLIEST else latest if value == LATEST else int(value)
 
 
-def _progress(config: RouterConfig, identifier: str, cache: dict) -> tuple[dict | None, dict[str, int]]:
-    """(the table's progress document, None when the job never committed it; what `rolled_back` finds)."""
-    if identifier not in cache:
-        cache[identifier] = (None, {})
-        try:
-            table = load_table(config.catalog, identifier, refresh=True)
-            doc = stored_progress(table, config.job.name)
-            if doc.get("batch_id", -1) >= 0 or doc.get("offsets"):
-                cache[identifier] = (doc, rolled_back(table, config.job.name, doc))
-        except NoSuchTableError:
-            pass
-    return cache[identifier]
+def _progress(config: RouterConfig, tables: list[str]) -> dict[str, tuple[dict | None, dict[str, int]]]:
+    """table -> (its progress document, None when the job never committed it; what `rolled_back` finds),
+    for all of `tables` at once: one catalog query and the metadata files read as plain JSON
+    (router/catalog/progress_views.py). A table that does not exist reads as never committed."""
+    out: dict[str, tuple[dict | None, dict[str, int]]] = dict.fromkeys(tables, (None, {}))
+    for identifier, view in table_views(config.catalog, tables).items():
+        doc = stored_progress(view, config.job.name)
+        if doc.get("batch_id", -1) >= 0 or doc.get("offsets"):
+            out[identifier] = (doc, rolled_back(view, config.job.name, doc))
+    return out
 
 
 def _job_tables(config: RouterConfig) -> list[str]:
@@ -82,25 +79,26 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     starting = config.kafka.starting_offsets
-    cache: dict[str, tuple[dict | None, dict[str, int]]] = {}
     restored: dict[str, list[tuple[int, int, str]]] = {}  # topic -> (partition, offset, table) read again
     dynamic = any(r.named_by_data for r in routing.routes)
     discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
-    dlq = _progress(config, config.dlq.table, cache)[0] if config.dlq.table else None
+    named_by_topic = {topic: [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
+                      for topic in sorted({topic for topic, _ in partitions})}
+    wanted = [config.dlq.table] if config.dlq.table else []
+    wanted += [t for named in named_by_topic.values() for t in named] + discovered
+    cache = _progress(config, list(dict.fromkeys(wanted)))
+    dlq = cache[config.dlq.table][0] if config.dlq.table else None
     plan = ResumePlan()
     held_topics: dict[str, list[tuple[int, int, str]]] = {}
     fresh: list[str] = []
-    named_by_topic: dict[str, list[str]] = {}
     for topic, partition in sorted(partitions):
         key = tp_key(topic, partition)
         lo, hi = earliest.get(key, 0), latest.get(key, 0)
         held: list[tuple[int, int, str]] = []  # (offset, preference, why): tables before dead letters
         new: list[tuple[int, int, str]] = []
-        if topic not in named_by_topic:
-            named_by_topic[topic] = [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
         named = named_by_topic[topic]
         for table in dict.fromkeys(named + discovered):
-            doc, behind = _progress(config, table, cache)
+            doc, behind = cache[table]
             if key in behind:  # rolled back: read again from there, even past a checkpoint
                 begin = min(max(behind[key], lo), hi)
                 plan.backfill[key] = min(plan.backfill.get(key, begin), begin)

@@ -66,13 +66,16 @@ class MemorySampler:
     VmHWM gives each process's own peak; the workers' combined peak needs sampling
     because several worker processes are alive at once. `executor_roots`: pids of
     standalone Spark workers, whose executor JVMs and Python workers are not our
-    descendants; their executors' RSS is summed as `executors_jvm_mb`.
+    descendants; their executors' RSS is summed as `executors_jvm_mb`. `all_mb`: the driver,
+    the JVM and the workers' RSS of one sample summed, the peak over the samples (what the job
+    takes of the machine at once; the per-role peaks may fall at different moments).
     """
 
     def __init__(self, interval: float = 0.5, executor_roots=()):
         self.interval = interval
         self.executor_roots = list(executor_roots)
-        self.peak = {"driver_python_mb": 0.0, "jvm_mb": 0.0, "workers_total_mb": 0.0, "worker_max_mb": 0.0}
+        self.peak = {"driver_python_mb": 0.0, "jvm_mb": 0.0, "workers_total_mb": 0.0, "worker_max_mb": 0.0,
+                     "all_mb": 0.0}
         if self.executor_roots:
             self.peak["executors_jvm_mb"] = 0.0
         self.worker_pids: set[int] = set()
@@ -98,6 +101,7 @@ class MemorySampler:
         kids = children()
         remote = set(_descendants(kids, self.executor_roots))
         workers_now = executors_now = 0
+        all_now = _status_kb(me, "VmRSS") / 1024
         self.peak["driver_python_mb"] = max(self.peak["driver_python_mb"], _status_kb(me, "VmHWM") / 1024)
         for pid in _descendants(kids, [me]) + sorted(remote):
             cmd = cmdline(pid)
@@ -106,12 +110,14 @@ class MemorySampler:
                     executors_now += _status_kb(pid, "VmRSS") / 1024
                 else:
                     self.peak["jvm_mb"] = max(self.peak["jvm_mb"], _status_kb(pid, "VmHWM") / 1024)
+                    all_now += _status_kb(pid, "VmRSS") / 1024
             elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
                 self.worker_pids.add(pid)
                 rss = _status_kb(pid, "VmRSS") / 1024
                 workers_now += rss
                 self.peak["worker_max_mb"] = max(self.peak["worker_max_mb"], _status_kb(pid, "VmHWM") / 1024)
         self.peak["workers_total_mb"] = max(self.peak["workers_total_mb"], workers_now)
+        self.peak["all_mb"] = max(self.peak["all_mb"], all_now + workers_now)
         if self.executor_roots:
             self.peak["executors_jvm_mb"] = max(self.peak["executors_jvm_mb"], executors_now)
 

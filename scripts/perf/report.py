@@ -12,6 +12,7 @@ from pathlib import Path
 TARGETS = {
     "records_per_s": 100_000, "vs_baseline": 10.0, "ceiling_share": 0.40, "fresh_p95_s": 15.0,
     "commit_500_s": 5.0, "commit_drift": 1.5, "change_events_per_s": 50_000,
+    "start_1000_s": 10.0, "memory_all_mb": 6 * 1024, "commit_1000_s": 5.0,
 }
 
 BATCH_COLUMNS = (("batch", "{:>5}"), ("records", "{:>9,}"), ("tables", "{:>6}"), ("source_s", "{:>8.2f}"),
@@ -274,6 +275,22 @@ def render_protobuf(r: dict) -> list[str]:
             f"target >= {r['target_share']:.0%}: {_verdict(r['within_target'])}"]
 
 
+def render_scale_start(r: dict) -> list[str]:
+    lines = [f"scale1000: {r['topics']} topics x {r['partitions']} partitions -> {r['topics']} tables holding offsets, "
+             f"{r['batches_per_start']} batches per start; load average before {r['load_before']} after {r['load_after']}"]
+    for label in ("before", "after"):
+        if label in r:
+            s = r[label]
+            lines.append(f"  {label:<6} start (process -> first batch running) {s['start_s_median']} s "
+                         f"[{_verdict(s['start_s_median'] <= TARGETS['start_1000_s'])}], all processes peak "
+                         f"{s['memory_all_mb_max']:.0f} MB [{_verdict(s['memory_all_mb_max'] <= TARGETS['memory_all_mb'])}], "
+                         f"commit work per {r['topics']}-table batch {s['commit_work_s_median']} s "
+                         f"[{_verdict((s['commit_work_s_median'] or 0) <= TARGETS['commit_1000_s'])}]")
+            for run in r["starts"][label]:
+                lines.append(f"    {run['start_s']} s: {run['parts_s']}; {run.get('commit_per_full_batch')}")
+    return lines
+
+
 def render(result: dict) -> str:
     mode = result["mode"]
     if mode == "freshness":
@@ -286,6 +303,8 @@ def render(result: dict) -> str:
         lines = render_upsert(result)
     elif mode == "protobuf":
         lines = render_protobuf(result)
+    elif mode == "scale1000":
+        lines = render_scale_start(result)
     else:
         lines = render_throughput(result)
     return "\n".join(["", *lines])

@@ -1,6 +1,6 @@
 """icerouter at scale: hundreds of topics into Iceberg, against a hand-written baseline and the raw ceiling.
 
-    python scripts/bench.py [--mode throughput|scale|freshness|soak|commit-scaling|upsert] [--topics N]
+    python scripts/bench.py [--mode throughput|scale|scale1000|freshness|soak|commit-scaling|upsert] [--topics N]
                             [--records M] [--commit-in tasks|driver] [--json FILE] [--workdir DIR] ...
 
 throughput (default): N topics (200) x 3 partitions, M Avro records (2,000,000, ~490 B, 12
@@ -15,6 +15,8 @@ soak: the live job, --soak-tables topics (20) at --rate 2,000 records/s, 1 s tri
     --batches (500): commit latency of the last 10 batches vs the first 10 (soak.py).
 commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core standalone
     cluster, commits in tasks and on the driver: tables per second (scaling.py).
+scale1000: N topics (1,000) -> N tables that already hold offsets: process start -> first batch
+    running, peak memory, commit work per N-table batch; --before-ref REV adds REV's code (start_scale.py).
 upsert: N Debezium topics (20) x 3 partitions, a backlog of --cdc-rows snapshot events per topic
     (20,000), then one of --cdc-changes changes per topic (20,000: 70% updates, 20% inserts, 10%
     deletes), each drained with availableNow by a job routing them as CDC tables and, as the
@@ -35,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.perf.live import freshness, protobuf, scaling, soak, throughput, upsert
+from scripts.perf.live import freshness, protobuf, scaling, soak, start_scale, throughput, upsert
 from scripts.perf.report import render, write_json
 from scripts.perf.services import Stack
 
@@ -49,19 +51,21 @@ MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turn
                  # every table in every batch, so later batches replace rows of files committed before
                  "upsert": {"topics": 20, "fan_in": False, "catch_up": "even", "batch_records": 100_000},
                  # the same records as Avro and as Protobuf, each format's backlog drained twice
-                 "protobuf": {"topics": 50, "fan_in": False, "catch_up": "turns", "records": 500_000}}
+                 "protobuf": {"topics": 50, "fan_in": False, "catch_up": "turns", "records": 500_000},
+                 # restarts over 1,000 tables that hold offsets; every batch touches every table
+                 "scale1000": {"topics": 1000, "fan_in": False, "catch_up": "even", "partitions": 1}}
 # mode -> run(args, stack, root) -> the result dict (written as JSON)
 RUNNERS = {"throughput": throughput.run_throughput, "scale": throughput.run_throughput,
            "freshness": freshness.run_freshness, "soak": soak.run_soak,
            "commit-scaling": scaling.run_commit_scaling, "upsert": upsert.run_upsert,
-           "protobuf": protobuf.run_protobuf}
+           "protobuf": protobuf.run_protobuf, "scale1000": start_scale.run_scale_start}
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=sorted(MODE_DEFAULTS), default="throughput")
     ap.add_argument("--topics", type=int, help="default 200 (500 in scale mode)")
-    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--partitions", type=int, help="per topic (default 3; scale1000: 1)")
     ap.add_argument("--records", type=int, help="default 2,000,000 (protobuf: 500,000 per format)")
     ap.add_argument("--batch-records", type=int, help="kafka.max_records_per_batch (default 500,000; upsert: 100,000)")
     ap.add_argument("--no-fan-in", action="store_true", help="no fan-in table (scale mode never has one)")
@@ -87,6 +91,10 @@ def parse_args(argv):
     ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")
     ap.add_argument("--scaling-records", type=int, default=100, help="commit-scaling: records per topic per batch")
     ap.add_argument("--scaling-configs", help="commit-scaling: comma-separated configuration names (default all)")
+    ap.add_argument("--records-per-table", type=int, default=20, help="scale1000: records per table per batch")
+    ap.add_argument("--start-batches", type=int, default=3, help="scale1000: batches each measured start drains")
+    ap.add_argument("--start-repeats", type=int, default=2, help="scale1000: measured starts per code version")
+    ap.add_argument("--before-ref", help="scale1000: also measure the starts with this git revision's product code")
     ap.add_argument("--commit-threads", type=int, help="job.commit_threads (job default 8)")
     ap.add_argument("--expire-every", type=int, help="maintenance.expire_every_commits (job default)")
     ap.add_argument("--compact-after-files", type=int, help="maintenance.compact_after_files (job default)")
@@ -101,6 +109,7 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     defaults = MODE_DEFAULTS[args.mode]
     args.topics = args.topics or defaults["topics"]
+    args.partitions = args.partitions or defaults.get("partitions", 3)
     args.fan_in = defaults["fan_in"] and not args.no_fan_in
     args.catch_up = args.catch_up or defaults["catch_up"]
     args.batch_records = args.batch_records or defaults.get("batch_records", 500_000)
