@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -199,19 +199,18 @@ def prepare_start(config: RouterConfig, options: KafkaSourceOptions) -> str:
 
 def start_query(spark, config: RouterConfig, available_now: bool = False,
                 make_dispatcher: Callable[..., Dispatcher] = Dispatcher,
-                listeners: Sequence[Callable[[BatchStats], None]] = (), resume: str | None = None):
+                listeners: Sequence[Callable[[BatchStats], None]] = (), resume: Future | None = None):
     """Start the streaming query; returns (query, dispatcher).
 
     `make_dispatcher` is called with the config and the Dispatcher's keyword arguments
-    (benchmarks pass a subclass that records timings). `resume`: `prepare_start`'s answer when
-    the caller has it already (`launch`).
+    (benchmarks pass a subclass that records timings). `resume`: `prepare_start` running already
+    (`launch`); its answer is awaited after the checks of the Spark side, whose errors come first.
     """
     python_source = not jvm_kafka_available(spark)
     if python_source:
         check_driver_python(spark)
     options = source_options(config)
-    if resume is None:
-        resume = prepare_start(config, options)
+    resume = prepare_start(config, options) if resume is None else resume.result()
     fused = config.job.fused_read and python_source
     handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
@@ -244,7 +243,7 @@ def launch(config: RouterConfig, available_now: bool = False, **kwargs):
     with ThreadPoolExecutor(1, thread_name_prefix="icerouter-start") as pool:
         resume = pool.submit(prepare_start, config, source_options(config))
         spark = build_spark(config)
-        return (spark, *start_query(spark, config, available_now, resume=resume.result(), **kwargs))
+        return (spark, *start_query(spark, config, available_now, resume=resume, **kwargs))
 
 
 #: How long a stop waits for the running micro-batch to end before stopping it anyway.
