@@ -14,18 +14,7 @@ from router.driver.job import check_table_modes
 from router.exceptions import ConfigError
 from router.progress import rolled_back, stored_progress
 from router.table_writes import table_key, with_key
-from tests.router.catalog.test_commit import JOB, SCHEMA, result_for
-
-
-@pytest.fixture(params=["sqlite", "postgres", "rest"])
-def catalog_config(request, tmp_path, unique_name) -> CatalogConfig:
-    if request.param == "sqlite":
-        props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
-    elif request.param == "postgres":
-        props = {"type": "sql", "uri": request.getfixturevalue("postgres_uri"), "warehouse": (tmp_path / "wh").as_uri()}
-    else:
-        props = request.getfixturevalue("object_store").rest_catalog_properties()
-    return CatalogConfig(unique_name("c"), props)
+from tests.router.catalog.test_commit import JOB, SCHEMA, catalog_config, result_for  # noqa: F401 (fixture)
 
 
 def test_views_answer_as_the_loaded_tables(catalog_config, unique_name):
