@@ -129,6 +129,17 @@ class FileSampler:
         return self.rows
 
 
+def spark_phases(query) -> dict:
+    """Median and p95 of Spark's own per-batch durations (the query's recent progress, last 100
+    batches): what a batch costs outside the foreachBatch function (addBatch is that function)."""
+    phases: dict[str, list[int]] = {}
+    for progress in query.recentProgress:
+        for name, ms in (progress.get("durationMs") or {}).items():
+            phases.setdefault(name, []).append(int(ms))
+    return {name: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)), "batches": len(v)}
+            for name, v in sorted(phases.items())}
+
+
 def run_freshness(args, stack, root: Path) -> dict:
     from router.driver.job import build_spark, start_query, stop_between_batches
     from scripts.perf.probe import (CpuSampler, MemorySampler, RecordingDispatcher, batch_rows, cpu_per_second,
@@ -185,6 +196,7 @@ def run_freshness(args, stack, root: Path) -> dict:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()).splitlines()[0])
         time.sleep(0.5)
+    result["spark_phases_ms"] = spark_phases(query)
     stop_between_batches(query)
     result["files_over_time"] = files.stop()
     if profiler is not None:

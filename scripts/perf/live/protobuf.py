@@ -115,7 +115,7 @@ def run_protobuf(args, stack: Stack, root: Path) -> dict:
     from router.driver.job import build_spark
     from router.config import parse_config
     from scripts.perf.live.throughput import warm_up
-    from scripts.perf.probe import load_average, wait_until_idle
+    from scripts.perf.probe import load_average, settle_broker
 
     result: dict = {"mode": "protobuf", "topics_per_format": args.topics, "partitions": args.partitions,
                     "records_per_format": args.records, "batch_records": args.batch_records,
@@ -130,14 +130,14 @@ def run_protobuf(args, stack: Stack, root: Path) -> dict:
         ids = data.register_topics(stack.registry_url, topics) if fmt == "avro" else \
             register_proto(stack.registry_url, topics)
         data.produce_bulk(stack.conf, ids, args.partitions, args.records, pools[fmt])
-    result["broker_settle_seconds"] = wait_until_idle(stack.broker.pid)
+    result["broker_settle_seconds"] = settle_broker(stack.broker)
 
     spark = build_spark(parse_config({"kafka": {"bootstrap_servers": stack.bootstrap, "topics": ["x"]},
                                       "registry": {"url": stack.registry_url},
                                       "job": {"spark": {"spark.driver.memory": "4g"}}}))
     print("warming up Spark workers ...", flush=True)
     warm_up(spark, args, stack, root)
-    wait_until_idle(stack.broker.pid)
+    settle_broker(stack.broker)
     runs: dict[str, list[dict]] = {"avro": [], "proto": []}
     for run in range(2):
         for fmt, topics in formats.items():

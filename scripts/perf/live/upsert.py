@@ -290,7 +290,7 @@ def _ratio(ours: dict, base: dict) -> float | None:
 
 def run_upsert(args, stack: Stack, root: Path) -> dict:
     from router.driver.job import build_spark
-    from scripts.perf.probe import MemorySampler, load_average, wait_until_idle
+    from scripts.perf.probe import MemorySampler, load_average, settle_broker
 
     topics = [f"{TOPIC_PREFIX}.t{i:02d}" for i in range(args.topics)]
     result: dict = {"mode": "upsert", "topics": args.topics, "partitions": args.partitions,
@@ -310,7 +310,7 @@ def run_upsert(args, stack: Stack, root: Path) -> dict:
     for phase, step in steps.items():
         print(f"{phase}: producing ...", flush=True)
         produced = produce(stack.conf, sources, step, args.partitions)
-        produced["broker_settle_seconds"] = wait_until_idle(stack.broker.pid)
+        produced["broker_settle_seconds"] = settle_broker(stack.broker)
         print(f"  {produced['events']:,} events + {produced['tombstones']:,} tombstones in {produced['seconds']:.0f} s; "
               f"the broker settled {produced['broker_settle_seconds']:.0f} s after", flush=True)
         entry: dict = {"produced": produced}
