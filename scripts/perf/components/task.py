@@ -27,6 +27,7 @@ import datetime as dt
 import io
 import pickle
 import pstats
+import shutil
 import statistics
 import struct
 import tempfile
@@ -124,6 +125,7 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
     finally:
         partition.ROWS_PER_SEGMENT = segment_rows
         registry.stop()
+        shutil.rmtree(root, ignore_errors=True)  # its catalog, warehouse and registry file
     steady = [r for r in rounds_out[1:] if not r["row_sort"]]
     median = statistics.median(r["seconds"] for r in steady)
     result = {"benchmark": "task", "layout": layout, "records": records, "topics": n_topics, "tables": n_topics + 1,
