@@ -29,6 +29,7 @@ from pyiceberg.table.update import AssertTableUUID
 from router.catalog.commit import (
     CommitOutcome, commit_table, due_for_expiry, held_already, progress_document, stage_transaction,
 )
+from router.catalog.merge_small import merge_for
 from router.catalog.tables import get_catalog, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.faults import crash_point, drilling
@@ -42,6 +43,7 @@ class _Staged:
     table: object
     tx: object
     commit: object  # router.catalog.sql.StagedCommit
+    merge: object = None  # router.catalog.merge_small.SmallFileMerge
 
 
 def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int, retries: int = 6,
@@ -49,11 +51,12 @@ def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int
                   where: str = "driver") -> list[CommitOutcome]:
     """`commit_table` of every result, in order; see the module docstring."""
     outcomes: list[CommitOutcome | None] = [None] * len(results)
+    merges = [merge_for(result, maintenance) for result in results]  # kept across a table's attempts
     sql = get_catalog(catalog)
     if len(results) > 1 and hasattr(sql, "swap_staged") and not drilling("commit", drill):
         staged = []
         for i, result in enumerate(results):
-            entry = _stage(sql, catalog, i, result, job, batch_id, maintenance, where)
+            entry = _stage(sql, catalog, i, result, job, batch_id, maintenance, where, merges[i])
             if entry is not None:
                 staged.append(entry)
         committed = _swap(sql, catalog, staged)
@@ -66,13 +69,13 @@ def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int
     for i, result in enumerate(results):
         if outcomes[i] is None:
             outcomes[i] = commit_table(catalog, result, job, batch_id, retries=retries, maintenance=maintenance,
-                                       drill=drill, where=where)
+                                       drill=drill, where=where, merge=merges[i])
             outcomes[i].attempts += i in lost  # the staged attempt that did not land
     return outcomes
 
 
 def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: int,
-           maintenance: MaintenanceConfig | None, where: str):
+           maintenance: MaintenanceConfig | None, where: str, merge=None):
     """The table's first attempt staged; None leaves the table to `commit_table` (upserts, results
     the table holds in whole or in part, errors: decided and reported there)."""
     if result.later or result.upsert is not None or not result.has_work:
@@ -92,7 +95,7 @@ def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: 
             return None
         expire = due_for_expiry(table.metadata, maintenance)
         tx = stage_transaction(table, result, job, batch_id, progress_document(previous, result, batch_id),
-                               expire, [])
+                               expire, [], merge)
         requirements = tx._requirements + (AssertTableUUID(uuid=tx.table_metadata.table_uuid),)
         commit = sql.stage_commit(table, requirements, tx._updates)
     except Exception:  # noqa: BLE001 - the table's own commit meets it again and reports it
@@ -102,7 +105,7 @@ def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: 
     outcome.seconds = time.perf_counter() - started  # its own staging; a share of the swap is added
     outcome.cpu_seconds = time.thread_time() - cpu
     outcome.process_cpu_seconds = time.process_time() - process_cpu
-    return _Staged(index, outcome, table, tx, commit)
+    return _Staged(index, outcome, table, tx, commit, merge)
 
 
 def _swap(sql, catalog: CatalogConfig, staged: list[_Staged]) -> list[_Staged]:
@@ -126,6 +129,9 @@ def _swap(sql, catalog: CatalogConfig, staged: list[_Staged]) -> list[_Staged]:
                 pass
             continue
         _finish(sql, entry)
+        if entry.merge is not None:
+            entry.merge.finish(True)
+            entry.outcome.merged = entry.merge.merged_files
         entry.outcome.status = "committed"
         entry.outcome.snapshot_id = entry.table.metadata.current_snapshot_id
         entry.outcome.committed_at = time.time()

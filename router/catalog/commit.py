@@ -38,6 +38,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 from router.catalog.deletes import write_position_deletes
 from router.catalog.expiry import snapshots_to_expire
 from router.catalog.locate import locate_keys
+from router.catalog.merge_small import merge_for
 from router.catalog.row_delta import row_delta
 from router.catalog.snapshot_files import snapshot_files
 from router.catalog.sql import StagedTransaction
@@ -69,6 +70,7 @@ class CommitOutcome:
     deleted_rows: int = 0  # upsert tables: rows this commit deleted (replaced or removed keys)
     delete_files: int = 0  # upsert tables: position-delete files this commit added
     bytes: int = 0  # data and delete files' bytes this commit added
+    merged: int = 0  # small data files merged into one in this commit's snapshot (catalog/merge_small.py)
     oldest_record: float | None = None  # the oldest written record's Kafka timestamp (epoch seconds)
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
@@ -110,9 +112,10 @@ def due_for_expiry(metadata, maintenance: MaintenanceConfig | None) -> list[int]
 
 
 def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire: list[int],
-                      deletes: list) -> StagedTransaction:
+                      deletes: list, merge=None) -> StagedTransaction:
     """The table's commit of `result` staged (files written, nothing committed): the job's offsets
-    in a table property and the snapshot summary, the append (or row delta), the expiry."""
+    in a table property and the snapshot summary, the append (or row delta; or an append that also
+    merges small files, `merge`: catalog/merge_small.py), the expiry."""
     tx = StagedTransaction(table)
     prop = property_name(job)
     if not result.has_work:  # the dead-letter table's settled offsets move every batch
@@ -122,6 +125,8 @@ def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire:
     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
     if result.upsert is not None:  # images and the position deletes of the rows they replace
         row_delta(tx, result.data_files, deletes, snapshot_properties=summary)
+    elif merge is not None and merge.stage(tx, table, result.data_files, summary):
+        pass
     elif result.data_files:
         with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
             for data_file in result.data_files:
@@ -133,8 +138,9 @@ def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire:
 
 def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int = 6,
                  maintenance: MaintenanceConfig | None = None, drill: tuple | None = None,
-                 where: str = "driver") -> CommitOutcome:
-    """Commit one `TableResult` (router/descriptors.py); see the module docstring."""
+                 where: str = "driver", merge=None) -> CommitOutcome:
+    """Commit one `TableResult` (router/descriptors.py); see the module docstring. `merge`: the
+    table's small-file merge when a caller already staged one (catalog/batch_commit.py)."""
     started, cpu_started, process_started = time.perf_counter(), time.thread_time(), time.process_time()
     if result.later:  # upsert parts of several tasks: one snapshot each, in turn (router/descriptors.py)
         return _commit_parts(catalog, result, job, batch_id, retries, maintenance, drill, where)
@@ -145,6 +151,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         outcome.status = "empty"
         return outcome
     last_error: Exception | None = None
+    merge = merge or merge_for(result, maintenance)
     for attempt in range(retries + 1):
         outcome.attempts = attempt + 1
         deletes: list = []
@@ -162,7 +169,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             doc = progress_document(previous, result, batch_id)
             expire = due_for_expiry(table.metadata, maintenance)
             deletes = replaced_rows(table, result.upsert) if result.upsert is not None else []
-            stage_transaction(table, result, job, batch_id, doc, expire, deletes).commit_transaction()
+            stage_transaction(table, result, job, batch_id, doc, expire, deletes, merge).commit_transaction()
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.deleted_rows = sum(f.record_count for f in deletes)
@@ -191,6 +198,9 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     if outcome.status == "failed":
         outcome.error = f"{type(last_error).__name__}: {last_error}"
         outcome.transient = is_transient(last_error)
+    if merge is not None:
+        merge.finish(outcome.status == "committed")
+        outcome.merged = merge.merged_files if outcome.status == "committed" else 0
     outcome.seconds = time.perf_counter() - started
     outcome.cpu_seconds = time.thread_time() - cpu_started
     outcome.process_cpu_seconds = time.process_time() - process_started

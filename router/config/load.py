@@ -297,9 +297,13 @@ def _maintenance(data: Any) -> MaintenanceConfig:
     s = Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
                                       "max_snapshot_age_seconds", "target_file_size_bytes",
                                       "orphan_min_age_seconds", "compact_interval_seconds",
-                                      "compact_after_files"))
+                                      "compact_after_files", "merge_small_files_at"))
     d = MaintenanceConfig()
+    merge_at = s.non_negative("merge_small_files_at", d.merge_small_files_at)
+    if merge_at == 1:
+        raise ConfigError("maintenance.merge_small_files_at: must be 0 (never) or >= 2, got 1")
     return MaintenanceConfig(*(s.positive(k, getattr(d, k)) for k in (
         "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
         "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")),
-        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files))
+        compact_after_files=s.non_negative("compact_after_files", d.compact_after_files),
+        merge_small_files_at=merge_at)

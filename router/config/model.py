@@ -124,6 +124,9 @@ class MaintenanceConfig:
     compact_interval_seconds: int = 900  # per table, in a background thread of the job
     # ... and sooner once this many data files were committed to the table since its last run (0: never)
     compact_after_files: int = 100
+    # an append's commit merges small files of the table into one once it holds this many data files
+    # (router/catalog/merge_small.py; 0: never)
+    merge_small_files_at: int = 16
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,147 @@
+"""Small data files merged inline, in the snapshot that appends a batch to the table.
+
+At a trigger of seconds every commit adds a small data file to each table it
+writes; a reader opens them all. The driver's compaction (router/maintenance)
+fixes that with a scan and a commit of its own per table, which races the
+tasks' appends and costs far more CPU than the appends themselves at hundreds
+of tables. Here the committer of the batch does it: once the table's current
+snapshot holds `merge_small_files_at` data files (its summary's
+total-data-files tells, nothing else is read), the oldest small files of one
+partition are read (projected to the current schema: older files may lack
+newer columns), written as one file, and the batch's snapshot adds the batch's
+files and the merged file and removes the files merged: one snapshot, one
+compare-and-swap, the batch's offsets in its summary as in every commit.
+
+Tables with delete files (upserts, change streams) are left to compaction: the
+rows of a file would need their deletes applied. So are files of an older
+partition spec or another format.
+
+A commit that loses its compare-and-swap is staged again by its caller
+(catalog/commit.py): the merged file is reused when every file it merged is
+still live in the refreshed table, else it is deleted and the batch's files are
+appended alone (never the same rows twice: the merged file only ever enters a
+snapshot that removes all its sources, which `FileChanges` checks are live).
+A merged file that was not committed is deleted once the table's commit is
+decided; one whose commit's outcome is unknown is left to orphan removal.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.exceptions import ValidationException
+from pyiceberg.manifest import DataFile, FileFormat
+from pyiceberg.table.snapshots import Operation
+
+from router.catalog.datafiles import write_data_files
+from router.catalog.row_delta import FileChanges
+from router.catalog.snapshot_files import read_live_rows, snapshot_files
+from router.catalog.tables import delete_quietly
+
+SMALL_FILE_RATIO = 0.75  # as compaction's: files at >= 75% of the target size are left alone
+MAX_FILES = 64  # at most this many files in one merge ...
+MAX_BYTES = 32 * 1024 * 1024  # ... and this many bytes on disk, so a merge stays a small part of a commit
+
+
+class _MergeAppend(FileChanges):
+    """The batch's files added and the merged file swapped for its sources, in one snapshot."""
+
+    def _validate_concurrency(self) -> None:
+        """pyiceberg's own retry would re-apply the batch on a newer snapshot without the offset check:
+        refuse; the caller refreshes, re-checks the offsets and stages again."""
+        window = self._commit_window
+        if window is not None and not window.is_empty():
+            raise ValidationException("the table changed since the merge was staged; stage it again")
+
+
+class SmallFileMerge:
+    """One table's merge over the attempts of one commit (see the module docstring)."""
+
+    def __init__(self, at: int, target_file_size_bytes: int) -> None:
+        self.at = at
+        self.small = int(target_file_size_bytes * SMALL_FILE_RATIO)
+        self.sources: tuple[DataFile, ...] = ()
+        self.written: list[DataFile] = []
+        self.staged = False  # the last staged attempt carries the merge
+        self.given_up = False  # a lost swap removed a source: the batch goes alone from then on
+        self.io = None
+
+    @property
+    def merged_files(self) -> int:
+        return len(self.sources) if self.staged else 0
+
+    def stage(self, tx, table, data_files: list[DataFile], summary: dict[str, str]) -> bool:
+        """Stage the batch's append with a merge in `tx` when one is due; False leaves the append to the
+        caller (nothing due, or the merge gave up)."""
+        self.staged = False
+        if self.given_up or not data_files or not self._due(tx.table_metadata):
+            return False
+        files = snapshot_files(table, metadata=tx.table_metadata)
+        if self.written and not all(f.file_path in files.data for f in self.sources):
+            self.discard()  # another committer moved a source: the batch's rows go alone
+            self.given_up = True
+            return False
+        if not self.written:
+            self.sources = self._pick(tx.table_metadata, files)
+            if len(self.sources) < 2:
+                self.sources = ()
+                return False
+            self.io = table.io
+            batches = list(read_live_rows(table, self.sources, files))
+            schema = batches[0].schema if batches else table.schema().as_arrow()
+            self.written = write_data_files(table, pa.Table.from_batches(batches, schema))
+        producer = _MergeAppend(tx, Operation.OVERWRITE, snapshot_properties=summary)
+        for f in [*data_files, *self.written]:
+            producer.append_data_file(f)
+        for f in self.sources:
+            producer.delete_data_file(f)
+        producer.commit()
+        self.staged = True
+        return True
+
+    def finish(self, committed: bool) -> None:
+        """The table's commit is decided: a merged file its committed snapshot does not hold goes.
+        Not committed (failed, skipped): its outcome may be unknown, so the file stays for orphan removal."""
+        if committed and not self.staged:
+            self.discard()
+
+    def discard(self) -> None:
+        if self.written and self.io is not None:
+            delete_quietly(self.io, [f.file_path for f in self.written])
+        self.written, self.sources, self.staged = [], (), False
+
+    def _due(self, metadata) -> bool:
+        snapshot = metadata.current_snapshot()
+        summary = snapshot.summary if snapshot is not None else None
+        if summary is None:
+            return False
+        get = summary.additional_properties.get
+        return int(get("total-data-files") or 0) >= self.at and not int(get("total-delete-files") or 0)
+
+    def _pick(self, metadata, files) -> tuple[DataFile, ...]:
+        """The oldest small files of the partition that has most of them, within MAX_FILES and MAX_BYTES."""
+        spec_id = metadata.default_spec_id
+        groups: dict = {}
+        for path, f in files.data.items():
+            if (f.file_size_in_bytes < self.small and f.spec_id == spec_id and f.file_format == FileFormat.PARQUET
+                    and not files.delete_files_for(path)):
+                groups.setdefault(f.partition, []).append(f)
+        if not groups:
+            return ()
+        group = max(groups.values(), key=len)
+        picked, size = [], 0
+        budget = min(MAX_BYTES, self.small)
+        for f in sorted(group, key=lambda f: (files.sequence[f.file_path], f.file_path)):
+            if len(picked) == MAX_FILES:
+                break
+            if size + f.file_size_in_bytes <= budget:
+                picked.append(f)
+                size += f.file_size_in_bytes
+        return tuple(picked)
+
+
+def merge_for(result, maintenance) -> SmallFileMerge | None:
+    """The merge of an append result's commit, or None (off, an upsert, nothing written)."""
+    at = getattr(maintenance, "merge_small_files_at", 0) if maintenance is not None else 0
+    if not at or result.upsert is not None or result.later or not result.data_files:
+        return None
+    return SmallFileMerge(at, maintenance.target_file_size_bytes)
