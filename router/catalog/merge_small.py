@@ -6,7 +6,8 @@ fixes that with a scan and a commit of its own per table, which races the
 tasks' appends and costs far more CPU than the appends themselves at hundreds
 of tables. Here the committer of the batch does it: once the table's current
 snapshot holds `merge_small_files_at` data files (its summary's
-total-data-files tells, nothing else is read), the oldest small files of one
+total-data-files tells, nothing else is read; the count is lowered by up to
+half by a hash of the table name so that tables do not all merge in one batch), the oldest small files of one
 partition are read (projected to the current schema: older files may lack
 newer columns), written as one file, and the batch's snapshot adds the batch's
 files and the merged file and removes the files merged: one snapshot, one
@@ -26,6 +27,8 @@ decided; one whose commit's outcome is unknown is left to orphan removal.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import pyarrow as pa
 from pyiceberg.exceptions import ValidationException
@@ -139,9 +142,15 @@ class SmallFileMerge:
         return tuple(picked)
 
 
+def merge_threshold(identifier: str, at: int) -> int:
+    """`at` lowered by up to half by a stable hash of the table name: tables created together and
+    committed every batch would otherwise all reach it, and merge, in the same batch."""
+    return at - zlib.crc32(identifier.encode()) % max(1, at // 2)
+
+
 def merge_for(result, maintenance) -> SmallFileMerge | None:
     """The merge of an append result's commit, or None (off, an upsert, nothing written)."""
     at = getattr(maintenance, "merge_small_files_at", 0) if maintenance is not None else 0
     if not at or result.upsert is not None or result.later or not result.data_files:
         return None
-    return SmallFileMerge(at, maintenance.target_file_size_bytes)
+    return SmallFileMerge(merge_threshold(result.table, at), maintenance.target_file_size_bytes)

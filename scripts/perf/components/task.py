@@ -84,7 +84,7 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
 
 
 def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "runs",
-        row_sort_baseline: bool = False, profile_out: str | None = None) -> dict:
+        row_sort_baseline: bool = False, profile_out: str | None = None, merge_at: int | None = None) -> dict:
     from router.descriptors import STATS_ROW
     from router.devstack.registry_server import RegistryServer
     from router.driver.dispatcher import Dispatcher
@@ -99,7 +99,8 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
         ids = data.register_topics(url, topics)
         pool = data.payload_pool()
         args = argparse.Namespace(fan_in=True, catch_up="turns", expire_every=0, max_snapshot_age=0,
-                                  batch_records=records, trigger=1, commit_threads=0, commit_in="tasks")
+                                  batch_records=records, trigger=1, commit_threads=0, commit_in="tasks",
+                                  merge_at=merge_at)
         dispatcher = Dispatcher(job_config(args, root, "127.0.0.1:9", url, {}))
         rounds_out, profiler = [], None
         segment_rows = partition.ROWS_PER_SEGMENT
@@ -121,7 +122,11 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
                                                                     out[0].column("descriptor").to_pylist())
                          if table == STATS_ROW)
             phases = {k: round(stats.get(k, 0.0), 3) for k in ("decode", "evolve", "write", "commit")}
-            rounds_out.append({"seconds": round(seconds, 3), "row_sort": baseline_round, **phases})
+            merged = sum(getattr(o, "merged", 0) for table, blob in zip(out[0].column("table").to_pylist(),
+                                                                       out[0].column("descriptor").to_pylist())
+                         if table != STATS_ROW for o in getattr(pickle.loads(blob), "commits", ()))
+            rounds_out.append({"seconds": round(seconds, 3), "row_sort": baseline_round, **phases,
+                               **({"merged_files": merged} if merged else {})})
     finally:
         partition.ROWS_PER_SEGMENT = segment_rows
         registry.stop()
@@ -132,7 +137,12 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
               "first_round": rounds_out[0], "steady_rounds": steady,
               "steady_median_s": round(median, 3), "us_per_record": round(median / records * 1e6, 2),
               "steady_phase_median_s": {k: round(statistics.median(r[k] for r in steady), 3)
-                                        for k in ("decode", "evolve", "write", "commit")}}
+                                        for k in ("decode", "evolve", "write", "commit")},
+              # merges come every ~9-16 rounds per table: their cost shows in the mean, not the median
+              "steady_mean_s": round(statistics.mean(r["seconds"] for r in steady), 3),
+              "steady_phase_mean_s": {k: round(statistics.mean(r[k] for r in steady), 3)
+                                      for k in ("decode", "evolve", "write", "commit")},
+              "merge_small_files_at": merge_at}
     baseline = [r for r in rounds_out[1:] if r["row_sort"]]
     if baseline:
         result["row_sort_median_s"] = round(statistics.median(r["seconds"] for r in baseline), 3)
@@ -160,9 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="every other steady round sorts and gathers every row (the grouping before segments)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-out", help="with --profile: also save the last round's pstats to this file")
+    ap.add_argument("--merge-at", help="maintenance.merge_small_files_at, or a comma list run in turn in this "
+                                       "process (e.g. 0,16,0,16: without and with inline merging); default: the job's")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
-    return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
-                    args.profile_out),
-                args.json_file)
+    if not args.merge_at:
+        return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
+                        args.profile_out), args.json_file)
+    runs = [run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
+                args.profile_out, int(at)) for at in args.merge_at.split(",")]
+    return emit({"benchmark": "task_merge", "runs": runs}, args.json_file)
 

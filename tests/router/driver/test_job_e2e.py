@@ -43,7 +43,7 @@ LOCAL_SPARK = {"spark.master": "local[2]", "spark.driver.memory": "1g"}
 
 
 def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_props: dict,
-            spark: dict | None = None) -> Path:
+            spark: dict | None = None, maintenance: dict | None = None) -> Path:
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "pattern": rf"{prefix}\..*",
                   "client": {"receive.message.max.bytes": 1_000_000_000}},
@@ -64,6 +64,8 @@ def _config(tmp: Path, prefix: str, bootstrap: str, registry_url: str, catalog_p
         ],
         "dlq": {"table": f"{prefix}_ops.dead_letters"},
     }
+    if maintenance:
+        config["maintenance"] = maintenance
     path = tmp / "router.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -116,13 +118,22 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
     _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
 
 
+def test_job_merging_small_files_at_every_commit_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props,
+                                                             unique_name):
+    """The same scenario with small files merged into the batches' commits once a table holds two
+    (router/catalog/merge_small.py): crash drill, fan-in, evolution and the dead letters stay exactly-once."""
+    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("m"),
+                           maintenance={"merge_small_files_at": 2, "expire_every_commits": 1000})
+
+
 def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None,
-                           driver_env: dict | None = None, driver_cwd: Path | None = None):
+                           driver_env: dict | None = None, driver_cwd: Path | None = None,
+                           maintenance: dict | None = None):
     """`driver_env` / `driver_cwd`: the job's environment variables and working directory."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
 
-    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props, spark)
+    config = _config(tmp_path, prefix, kafka_bootstrap, registry_url, catalog_props, spark, maintenance)
     orders = [f"{prefix}.orders_{i:02d}" for i in range(ORDER_TOPICS)]
     clicks = [f"{prefix}.clicks_{i}" for i in range(CLICK_TOPICS)]
     payments = f"{prefix}.payments"
@@ -235,6 +246,12 @@ def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_prop
                           ).fetchall()
     assert sorted(v for _, _, v, _, _ in letters) == sorted([b"\x00\x7f\xff\xff\x07garbage", b"not framed"])
     assert all(reason for *_, reason in letters)
+
+    if maintenance and maintenance.get("merge_small_files_at"):  # merges landed, in the batches' own snapshots
+        merged = [s for name in ledger.expected if not name.endswith("dead_letters")
+                  for s in catalog.load_table(name).metadata.snapshots
+                  if s.summary.operation.value == "overwrite" and int(s.summary.get("deleted-data-files") or 0) >= 2]
+        assert merged and all(s.summary.get("icerouter.batch-id") is not None for s in merged)
 
 
 def _wait(predicate, timeout: float, proc: subprocess.Popen) -> None:
