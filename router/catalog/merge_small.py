@@ -31,13 +31,14 @@ from __future__ import annotations
 import zlib
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import ValidationException
-from pyiceberg.manifest import DataFile, FileFormat
+from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema
+from pyiceberg.manifest import DataFile, FileFormat, ManifestContent, ManifestEntry
 from pyiceberg.table.snapshots import Operation
 
 from router.catalog.datafiles import write_data_files
 from router.catalog.row_delta import FileChanges
-from router.catalog.snapshot_files import read_live_rows, snapshot_files
 from router.catalog.tables import delete_quietly
 
 SMALL_FILE_RATIO = 0.75  # as compaction's: files at >= 75% of the target size are left alone
@@ -47,6 +48,12 @@ MAX_BYTES = 32 * 1024 * 1024  # ... and this many bytes on disk, so a merge stay
 
 class _MergeAppend(FileChanges):
     """The batch's files added and the merged file swapped for its sources, in one snapshot."""
+
+    entries: dict[str, list[ManifestEntry]] = {}  # manifest path -> live entries, read when planning
+
+    def _manifest_entries(self, manifest) -> list[ManifestEntry]:
+        found = self.entries.get(manifest.manifest_path)
+        return found if found is not None else super()._manifest_entries(manifest)
 
     def _validate_concurrency(self) -> None:
         """pyiceberg's own retry would re-apply the batch on a newer snapshot without the offset check:
@@ -67,6 +74,7 @@ class SmallFileMerge:
         self.staged = False  # the last staged attempt carries the merge
         self.given_up = False  # a lost swap removed a source: the batch goes alone from then on
         self.io = None
+        self.entries: dict[str, list[ManifestEntry]] = {}  # manifests never change: read once a commit
 
     @property
     def merged_files(self) -> int:
@@ -78,21 +86,22 @@ class SmallFileMerge:
         self.staged = False
         if self.given_up or not data_files or not self._due(tx.table_metadata):
             return False
-        files = snapshot_files(table, metadata=tx.table_metadata)
-        if self.written and not all(f.file_path in files.data for f in self.sources):
+        live = self._live(table, tx.table_metadata)
+        if live is None:
+            return False
+        if self.written and not all(f.file_path in live for f in self.sources):
             self.discard()  # another committer moved a source: the batch's rows go alone
             self.given_up = True
             return False
         if not self.written:
-            self.sources = self._pick(tx.table_metadata, files)
+            self.sources = self._pick(tx.table_metadata, live)
             if len(self.sources) < 2:
                 self.sources = ()
                 return False
             self.io = table.io
-            batches = list(read_live_rows(table, self.sources, files))
-            schema = batches[0].schema if batches else table.schema().as_arrow()
-            self.written = write_data_files(table, pa.Table.from_batches(batches, schema))
+            self.written = write_data_files(table, _read(table, self.sources))
         producer = _MergeAppend(tx, Operation.OVERWRITE, snapshot_properties=summary)
+        producer.entries = self.entries
         for f in [*data_files, *self.written]:
             producer.append_data_file(f)
         for f in self.sources:
@@ -120,26 +129,62 @@ class SmallFileMerge:
         get = summary.additional_properties.get
         return int(get("total-data-files") or 0) >= self.at and not int(get("total-delete-files") or 0)
 
-    def _pick(self, metadata, files) -> tuple[DataFile, ...]:
+    def _live(self, table, metadata) -> dict[str, tuple[DataFile, int]] | None:
+        """path -> (data file, data sequence number) of the snapshot's live files; None when it has
+        delete files. Each manifest is read once per commit, and its entries are handed to the snapshot
+        producer, which reads the same manifests to rewrite them without the merged files."""
+        snapshot, io = metadata.current_snapshot(), table.io
+        manifests = snapshot.manifests(io)
+        if any(m.content != ManifestContent.DATA for m in manifests):
+            return None
+        live = {}
+        for m in manifests:
+            if not (m.has_added_files() or m.has_existing_files()):
+                continue
+            entries = self.entries.get(m.manifest_path)
+            if entries is None:
+                entries = self.entries[m.manifest_path] = m.fetch_manifest_entry(io, discard_deleted=True)
+            for e in entries:
+                live[e.data_file.file_path] = (e.data_file, e.sequence_number or 0)
+        return live
+
+    def _pick(self, metadata, live: dict[str, tuple[DataFile, int]]) -> tuple[DataFile, ...]:
         """The oldest small files of the partition that has most of them, within MAX_FILES and MAX_BYTES."""
         spec_id = metadata.default_spec_id
         groups: dict = {}
-        for path, f in files.data.items():
-            if (f.file_size_in_bytes < self.small and f.spec_id == spec_id and f.file_format == FileFormat.PARQUET
-                    and not files.delete_files_for(path)):
-                groups.setdefault(f.partition, []).append(f)
+        for f, seq in live.values():
+            if f.file_size_in_bytes < self.small and f.spec_id == spec_id and f.file_format == FileFormat.PARQUET:
+                groups.setdefault(f.partition, []).append((seq, f.file_path, f))
         if not groups:
             return ()
         group = max(groups.values(), key=len)
         picked, size = [], 0
         budget = min(MAX_BYTES, self.small)
-        for f in sorted(group, key=lambda f: (files.sequence[f.file_path], f.file_path)):
+        for _, _, f in sorted(group, key=lambda x: x[:2]):
             if len(picked) == MAX_FILES:
                 break
             if size + f.file_size_in_bytes <= budget:
                 picked.append(f)
                 size += f.file_size_in_bytes
         return tuple(picked)
+
+
+def _read(table, files) -> pa.Table:
+    """The files' rows projected to the table's current schema by field id (older files may lack
+    newer columns, or hold a narrower type): files of one Parquet schema are projected together."""
+    schema, metadata = table.schema(), table.metadata
+    by_schema: dict[pa.Schema, list[pa.Table]] = {}
+    for f in files:
+        with table.io.new_input(f.file_path).open() as stream:
+            data = pq.ParquetFile(stream).read(use_threads=False)
+        by_schema.setdefault(data.schema, []).append(data)
+    out = []
+    for file_arrow, tables in by_schema.items():
+        file_schema = pyarrow_to_schema(file_arrow, metadata.name_mapping(), downcast_ns_timestamp_to_us=True,
+                                        format_version=metadata.format_version)
+        for batch in pa.concat_tables(tables).combine_chunks().to_batches():
+            out.append(_to_requested_schema(schema, file_schema, batch, downcast_ns_timestamp_to_us=True))
+    return pa.Table.from_batches(out) if len(out) else schema.as_arrow().empty_table()
 
 
 def merge_threshold(identifier: str, at: int) -> int:

@@ -139,7 +139,7 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
             if not wanted:
                 kept.append(manifest)
                 continue
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            entries = self._manifest_entries(manifest)
             hits = [e for e in entries if e.data_file.file_path in wanted]
             if not hits:
                 kept.append(manifest)
@@ -156,6 +156,10 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
             raise ValidationException(f"Missing required files to delete: {', '.join(sorted(missing))}")
         gone = [self._write(content, spec_id, entries) for (content, spec_id), entries in sorted(removed.items())]
         return kept, gone
+
+    def _manifest_entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
+        """The live entries of a parent manifest (a subclass may hand over ones it already read)."""
+        return manifest.fetch_manifest_entry(self._io, discard_deleted=True)
 
     def _existing_manifests(self) -> list[ManifestFile]:
         return self._parent_manifests()[0]
