@@ -28,6 +28,7 @@ decided; one whose commit's outcome is unknown is left to orphan removal.
 
 from __future__ import annotations
 
+import logging
 import zlib
 
 import pyarrow as pa
@@ -40,6 +41,8 @@ from pyiceberg.table.snapshots import Operation
 from router.catalog.datafiles import write_data_files
 from router.catalog.row_delta import FileChanges
 from router.catalog.tables import delete_quietly
+
+log = logging.getLogger("icerouter.catalog")
 
 SMALL_FILE_RATIO = 0.75  # as compaction's: files at >= 75% of the target size are left alone
 MAX_FILES = 64  # at most this many files in one merge ...
@@ -82,10 +85,20 @@ class SmallFileMerge:
 
     def stage(self, tx, table, data_files: list[DataFile], summary: dict[str, str]) -> bool:
         """Stage the batch's append with a merge in `tx` when one is due; False leaves the append to the
-        caller (nothing due, or the merge gave up)."""
+        caller (nothing due, or the merge gave up). A merge that fails (a source unreadable) gives up:
+        it never keeps the batch from committing."""
         self.staged = False
         if self.given_up or not data_files or not self._due(tx.table_metadata):
             return False
+        try:
+            return self._stage(tx, table, data_files, summary)
+        except Exception as exc:  # noqa: BLE001 - merging is an optimisation; the append goes alone
+            log.warning("small-file merge of %s given up: %s: %s", ".".join(table.name()), type(exc).__name__, exc)
+            self.discard()
+            self.given_up = True
+            return False
+
+    def _stage(self, tx, table, data_files: list[DataFile], summary: dict[str, str]) -> bool:
         live = self._live(table, tx.table_metadata)
         if live is None:
             return False

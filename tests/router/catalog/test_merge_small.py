@@ -216,3 +216,30 @@ def test_tables_with_deletes_are_left_to_compaction(catalog_config, unique_name)
     assert merge_for(result, None) is None
     result.upsert = object()
     assert merge_for(result, RULE) is None
+
+
+def test_a_merge_that_fails_never_keeps_the_batch_from_committing(catalog_config, unique_name):
+    """A source that cannot be read (here: its bytes replaced while the commit runs): the batch's rows
+    are appended alone, once, and the next commit merges."""
+    from urllib.parse import urlparse
+
+    table_id = f"{unique_name('n')}.t"
+    create_table(catalog_config, table_id, SCHEMA)
+    fill(catalog_config, table_id, AT)
+    victim = urlparse(live_files(catalog_config, table_id)[0].file.file_path).path
+    with open(victim, "rb") as fh:
+        saved = fh.read()
+    with open(victim, "wb") as fh:
+        fh.write(b"not parquet" * 10)
+    try:
+        outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "u/0", 0, 4), JOB, AT,
+                               maintenance=MaintenanceConfig(merge_small_files_at=AT))
+    finally:
+        with open(victim, "wb") as fh:
+            fh.write(saved)
+    assert outcome.status == "committed" and outcome.merged == 0 and outcome.attempts == 1
+    assert len(live_files(catalog_config, table_id)) == AT + 1
+    outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "u/0", 4, 4), JOB, AT + 1,
+                           maintenance=MaintenanceConfig(merge_small_files_at=AT))
+    assert outcome.status == "committed" and outcome.merged >= 2
+    check_rows(catalog_config, table_id, list(range(AT * 3)) + list(range(8)))
