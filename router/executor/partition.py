@@ -266,8 +266,7 @@ class PartitionWriter:
         if not stored:
             return None
         source = self.source
-        return progress.trim_mask(progress.tp_keys(pc.take(source.column("topic"), rows),
-                                                   pc.take(source.column("partition"), rows)),
+        return progress.trim_rows(pc.take(source.column("topic"), rows), pc.take(source.column("partition"), rows),
                                   pc.take(source.column("offset"), rows), stored)
 
     def drop_held(self, table_id: str, items: list[Pending], result: TableResult) -> list[Pending]:
