@@ -219,13 +219,6 @@ def _split_partitions(plan: _Plan, data: pa.Table) -> list[tuple[PartitionKey, p
     return parts
 
 
-def _bin_pack(rows: pa.Table, target_file_size: int):
-    """pyiceberg's ``bin_pack_arrow_table``; a table within the target is its one bin, as there."""
-    if rows.nbytes <= target_file_size:
-        return [rows.to_batches()]
-    return bin_pack_arrow_table(rows, target_file_size)
-
-
 def _new_path(plan: _Plan, write_uuid: uuid.UUID, index: int, partition_key: PartitionKey | None) -> str:
     """pyiceberg's data file naming and the table's location provider."""
     name = f"00000-{index}-{write_uuid}.{_FORMAT.file_extension()}"
@@ -289,7 +282,7 @@ def write_data_files(table: Any, data: pa.Table) -> list[DataFile]:
         parts = _split_partitions(plan, data)
     files = []
     for key, rows in parts:
-        for batches in _bin_pack(rows, plan.target_file_size):
+        for batches in bin_pack_arrow_table(rows, plan.target_file_size):
             path = _new_path(plan, write_uuid, next(counter), key)
             files.append(_write_one(plan, table.io, _to_file_table(plan, proj, batches, rows.schema), path, key))
     return files
