@@ -45,6 +45,11 @@ __all__ = ["SYNC", "SALT", "CHECK_FIELD", "columnar_supported", "container_heade
 
 SYNC = bytes(range(0xA0, 0xB0))
 SMALL_RANGE = 16
+# Inputs under PER_RECORD_BUDGET // leaves rows (within [SMALL_RANGE, PER_RECORD_MAX]) are decoded per
+# record: polars' fixed ~0.6 ms buys nothing there (crossovers measured: ~14 rows at 60 flat fields,
+# ~55 at 12, ~60 for the 15-leaf benchmark record, over 96 at 3).
+PER_RECORD_BUDGET = 720
+PER_RECORD_MAX = 48
 # ranges where polars failed but fastavro decoded every record: after this many
 # the schema is assumed unreadable by polars and decoded per record from then on
 MAX_READER_DISAGREEMENTS = 3
@@ -286,6 +291,19 @@ def _zero_filled(child: pa.Array) -> pa.Array:
     return pa.concat_arrays([child, zero]).take(pa.array(index))
 
 
+def _leaves(schema: pa.Schema) -> int:
+    """Leaf columns of an Arrow schema (struct fields, list and map values counted through)."""
+    def count(t: pa.DataType) -> int:
+        if pa.types.is_struct(t):
+            return sum(count(t.field(i).type) for i in range(t.num_fields)) or 1
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return count(t.value_type)
+        if pa.types.is_map(t):
+            return count(t.key_type) + count(t.item_type)
+        return 1
+    return max(1, sum(count(f.type) for f in schema))
+
+
 class ColumnarDecoder:
     """Decodes many payloads of one writer schema through polars, exactly."""
 
@@ -299,6 +317,7 @@ class ColumnarDecoder:
         self.stats = {"reads": 0, "misaligned": 0, "reader_errors": 0, "per_record_rows": 0,
                       "reader_disagreements": 0}
         self.disabled = False
+        self.per_record_below = max(SMALL_RANGE, min(PER_RECORD_MAX, PER_RECORD_BUDGET // _leaves(arrow_schema)))
 
     def _read(self, framed: pa.Array, skip: int) -> tuple[pa.Table, int | None]:
         """(table, first row whose record starts at a wrong offset, or None)."""
@@ -363,8 +382,11 @@ class ColumnarDecoder:
         ok: list[np.ndarray] = []
         bad: list[tuple[int, str]] = []
         n = len(framed)
-        for lo in range(0, n, self.chunk_rows):
-            self._decode_range(framed, skip, lo, min(n, lo + self.chunk_rows), batches, ok, bad)
+        if n < self.per_record_below:
+            self._per_record(framed, skip, 0, n, batches, ok, bad)
+        else:
+            for lo in range(0, n, self.chunk_rows):
+                self._decode_range(framed, skip, lo, min(n, lo + self.chunk_rows), batches, ok, bad)
         batches = [b for b in batches if b.num_rows]
         if not batches:
             batch = to_batch([], self.arrow_schema)

@@ -114,7 +114,7 @@ class TableResult:
         return self.rows + sum(c.rows for c in self.commits if c.status == "committed")
 
     def cover(self, topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> None:
-        progress.cover(progress.tp_keys(topics, partitions), offsets, self.offsets)
+        progress.cover_rows(topics, partitions, offsets, self.offsets)
 
     def note_times(self, timestamps: pa.Array) -> None:
         """Keep the oldest Kafka timestamp of the rows written (metrics: commit time minus record time)."""

@@ -15,7 +15,7 @@ the Parquet path -> field id map, reading the pyiceberg config, loading the
 location provider, a thread-pool hand-off per file). Here that work is done
 once per (table, schema id, spec id, ``write.*`` properties) and kept in a
 bounded LRU cache; the Parquet file is written with pyarrow directly and
-described with pyiceberg's own statistics functions.
+described with pyiceberg's statistics plan (router/catalog/file_stats.py).
 
 pyiceberg is pinned to 0.12. This module uses these private names of
 ``pyiceberg.io.pyarrow``: ``_to_requested_schema`` (projection onto the file
@@ -47,7 +47,6 @@ from pyiceberg.io.pyarrow import (
     _to_requested_schema,
     bin_pack_arrow_table,
     compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
     pyarrow_to_schema,
 )
@@ -60,6 +59,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
+
+from router.catalog.file_stats import StatColumn, file_statistics, stat_columns
 
 __all__ = ["write_data_files", "RollingWriter", "clear_cache"]
 
@@ -93,8 +94,7 @@ class _Plan:
     spec_id: int
     format_version: int
     location_provider: LocationProvider
-    stats_plan: dict
-    path_to_id: dict[str, int]
+    stat_columns: dict[str, StatColumn]  # pyiceberg's statistics plan per Parquet column path
     writer_kwargs: dict[str, Any]
     row_group_size: int | None
     target_file_size: int
@@ -138,8 +138,7 @@ def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:
         spec_id=metadata.default_spec_id,
         format_version=metadata.format_version,
         location_provider=load_location_provider(table_location=metadata.location, table_properties=props),
-        stats_plan=compute_statistics_plan(file_schema, props),
-        path_to_id=parquet_path_to_id_mapping(file_schema),
+        stat_columns=stat_columns(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
         writer_kwargs=_get_parquet_writer_kwargs(props),
         row_group_size=property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT),
@@ -244,7 +243,6 @@ def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_ke
 
 
 def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partition_key: PartitionKey | None) -> DataFile:
-    stats = data_file_statistics_from_parquet_metadata(parquet_metadata, plan.stats_plan, plan.path_to_id)
     data_file = DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
@@ -255,7 +253,7 @@ def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partiti
         spec_id=plan.spec_id,
         equality_ids=None,
         key_metadata=None,
-        **stats.to_serialized_dict(),
+        **file_statistics(parquet_metadata, plan.stat_columns),
     )
     data_file.spec_id = plan.spec_id  # from_args drops it; row deltas and compaction group files by spec
     return data_file

@@ -28,7 +28,7 @@ from router import progress
 from router.arrays import one_chunk
 from router.catalog import load_table
 from router.catalog.tables import refresh_cached
-from router.decisions import projected_names, resolve_policy, table_view
+from router.decisions import projected_names, resolve_policy
 from router.descriptors import DispatchContext, TableResult
 from router.changes.exceptions import ChangeStreamError
 from router.changes.extract import decode_kafka_keys
@@ -37,7 +37,7 @@ from router.executor.align import align_table
 from router.catalog.datafiles import write_data_files
 from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
-from router.executor.pending import TOMBSTONES, Pending, with_kafka_metadata
+from router.executor.pending import TOMBSTONES, Pending, cached_table_view, with_kafka_metadata
 from router.executor.upsert import write_upsert_table
 from router.routing.columns import header_values
 from router.routing.evaluate import evaluate_route
@@ -229,8 +229,7 @@ class PartitionWriter:
             return
         art, metadata = group.artifacts, self.ctx.tables.metadata_columns
         try:
-            schema = table_view(art.iceberg_schema, columns=route.columns, metadata_columns=metadata,
-                                schema_type=art.schema_type, schema_str=art.schema_str, cdc=route.write.cdc)
+            schema = cached_table_view(art, route.columns, metadata, route.write.cdc)
         except ChangeStreamError as exc:
             self.dead_letter(rows, "not_envelope", str(exc), table=table_id, route=route.name,
                              schema_id=group.schema_id)
@@ -267,8 +266,7 @@ class PartitionWriter:
         if not stored:
             return None
         source = self.source
-        return progress.trim_mask(progress.tp_keys(pc.take(source.column("topic"), rows),
-                                                   pc.take(source.column("partition"), rows)),
+        return progress.trim_rows(pc.take(source.column("topic"), rows), pc.take(source.column("partition"), rows),
                                   pc.take(source.column("offset"), rows), stored)
 
     def drop_held(self, table_id: str, items: list[Pending], result: TableResult) -> list[Pending]:

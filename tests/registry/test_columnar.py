@@ -151,3 +151,27 @@ def test_reader_schema_spells_out_references_and_leaves_recursion_alone():
     tree = {"type": "record", "name": "Node", "fields": [
         {"name": "children", "type": {"type": "array", "items": "Node"}}]}
     assert reader_schema(tree) == tree
+
+
+def test_small_inputs_take_the_per_record_path_with_the_same_result():
+    """Below `per_record_below` rows (from the schema's leaf count) the whole input is decoded per
+    record; the rows, positions and failures are those of the columnar path."""
+    from scripts.perf import workload
+
+    schema = workload.bench_schema(0)
+    pool = workload.payload_pool(40)
+    art = build_artifacts(1, "AVRO", json.dumps(schema))
+    assert art.columnar and art.decoder.per_record_below == 48  # 15 leaf columns
+    narrow = build_artifacts(2, "AVRO", json.dumps(SCHEMA))
+    assert narrow.decoder.per_record_below == 48  # capped: a 50-row input still goes columnar
+    framed = [b"\x00\x00\x00\x00\x01" + p for p in pool[:30]]
+    framed[7] = framed[7][:40]  # truncated: a failure either way
+    values = pa.array(framed, type=pa.binary())
+    small = art.decoder.decode(values, 5)
+    assert art.decoder.stats["reads"] == 0 and art.decoder.stats["per_record_rows"] == 30
+    forced = build_artifacts(1, "AVRO", json.dumps(schema))
+    forced.decoder.per_record_below = 0
+    columnar = forced.decoder.decode(values, 5)
+    assert forced.decoder.stats["reads"] >= 1
+    assert small[0].equals(columnar[0]) and small[0].num_rows == 29
+    assert small[1].tolist() == columnar[1].tolist() and [p for p, _ in small[2]] == [p for p, _ in columnar[2]] == [7]

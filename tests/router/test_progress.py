@@ -178,3 +178,31 @@ def test_keys_of_rows_are_the_keys_of_their_partitions():
     assert [split_key(k) for k in keys] == list(zip(topics, partitions))
     letters = tp_keys(pa.array(topics), pa.array(partitions), pa.array(["db.t", None, "db.u"])).to_pylist()
     assert letters == ["db.t|orders/0", "|a.b-c_d/12", "db.u|orders/3"]
+
+
+@pytest.mark.parametrize("rows", [1, 30, 255, 256, 5_000])
+def test_row_helpers_equal_the_arrow_paths(rows):
+    """`cover_rows` and `trim_rows` loop in Python under SMALL_ROWS rows: the same ranges and masks
+    as the Arrow paths (string keys, group-by, dictionary encoding) they stand for."""
+    import random
+
+    import router.progress as progress
+
+    rng = random.Random(rows)
+    topics = pa.array([f"t{rng.randint(0, 3)}" for _ in range(rows)]).dictionary_encode()
+    partitions = pa.array([rng.randint(0, 11) for _ in range(rows)], pa.int32())
+    offsets = pa.array([rng.randint(0, 10_000) for _ in range(rows)], pa.int64())
+    keys = tp_keys(topics, partitions)
+    expected: dict = {"t0/0": [5, 20_000]}
+    for key, offset in zip(keys.to_pylist(), offsets.to_pylist()):
+        lo, hi = expected.get(key, [offset, offset])
+        expected[key] = [min(lo, offset), max(hi, offset)]
+    into, arrow = {"t0/0": [5, 20_000]}, {"t0/0": [5, 20_000]}
+    progress.cover_rows(topics, partitions, offsets, into)
+    progress.cover(keys, offsets, arrow)
+    assert into == arrow == expected
+    for stored in ({}, {"t9/0": 3}, {"t1/10": 5_000, "t2/3": 0}, {"t0/1": 10_001, "t3/11": 2_500}):
+        mine, theirs = progress.trim_rows(topics, partitions, offsets, stored), progress.trim_mask(keys, offsets, stored)
+        assert (mine is None) == (theirs is None)
+        if mine is not None:
+            assert mine.to_pylist() == theirs.to_pylist() and not all(mine.to_pylist())
