@@ -23,6 +23,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
+from router.driver.jvm_classes import note_classpath, sharing_options
 from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
@@ -67,6 +68,11 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
         if own[key] != submitted[key]:
             log.warning("job.spark sets %s=%s over spark-submit's %s", key, own[key], submitted[key])
     settings = {**SPARK_DEFAULTS, **quiet, **submitted, **own, **(extra or {})}
+    launched = not submitted and not jvm_running()  # this process starts the driver's JVM
+    # the driver's JVM maps Spark's classes from an archive of a previous start (router/driver/jvm_classes.py)
+    sharing, dump = sharing_options(config.job.checkpoint, settings) if launched else ("", None)
+    if sharing:
+        settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
     # the Python workers' interpreter is PYSPARK_PYTHON in this process (pyspark reads nothing else);
     # spark-submit sets it from spark.pyspark.python, pyspark's own JVM launch does not
     if settings.get("spark.pyspark.python"):
@@ -80,7 +86,16 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
+    if dump is not None:
+        note_classpath(spark, dump)
     return spark
+
+
+def jvm_running() -> bool:
+    """True when this process is connected to a JVM already (its options are fixed)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
 
 
 def submitted_settings() -> dict[str, str]:
