@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -61,8 +62,10 @@ def archive_key(settings: dict[str, str], java: str) -> str | None:
         jdk = release.read_text() if release.exists() else str(Path(java).stat().st_mtime)
     except OSError:
         return None
-    parts = [java, jdk, str(jars), *listing] + [f"{k}={settings.get(k, '')}" for k in (
-        "spark.driver.extraClassPath", "spark.driver.extraJavaOptions", "spark.driver.memory")]
+    # system properties (-D...) do not change which archive fits; JVM flags (heap, GC) may
+    flags = [o for o in shlex.split(settings.get("spark.driver.extraJavaOptions", "")) if not o.startswith("-D")]
+    parts = [java, jdk, str(jars), *listing, *flags] + [f"{k}={settings.get(k, '')}" for k in (
+        "spark.driver.extraClassPath", "spark.driver.memory")]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

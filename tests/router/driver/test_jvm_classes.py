@@ -89,6 +89,10 @@ def test_other_settings_record_their_own_archive_and_drop_the_old(tmp_path):
     assert other != key
     assert jc.settle(dump.parent, other, JAVA, now=LATER) is None
     assert not list(dump.parent.glob(f"driver-{key}*"))
+    # a system property (the log4j file of another install) fits the same archive
+    moved = {**SETTINGS, "spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:y"}
+    assert jc.archive_key(moved, JAVA) == key
+    assert jc.archive_key({**SETTINGS, "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}, JAVA) != key
 
 
 def test_own_sharing_flags_turn_it_off(tmp_path):
