@@ -2,8 +2,10 @@
 of loaded from its jars (JDK dynamic AppCDS). On 2 cores, with the job's settings: the session
 6.3-6.6 s -> 3.8-4.1 s, its first query 3.0-3.4 s -> 1.7-1.9 s (scripts/perf, benchmarks/scale_1000.json).
 
-A start without an archive records the classes its JVM loaded, at the JVM's exit
-(-XX:ArchiveClassesAtExit), into a dump file beside the job's local checkpoint. A later start
+A restart without an archive (its checkpoint holds a committed batch: a job's first run may be
+its only one, as a demo's or a test's) records the classes its JVM loaded, at the JVM's exit
+(-XX:ArchiveClassesAtExit: seconds of work and ~160 MB), into a dump file beside the job's
+local checkpoint. A later start
 checks a finished dump with a JVM of its own on the classpath of its driver (-Xshare:on refuses
 an archive that does not fit this JDK and classpath; a cut-off file crashes that JVM, never the
 driver's) and only then renames it into place; the JVM after it maps it with -Xshare:auto, which
@@ -89,10 +91,15 @@ def sharing_options(checkpoint: str, settings: dict[str, str]) -> tuple[str, Pat
         return "", None
     if archive is not None:
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET}", None
-    if any(folder.glob(f"driver-{key}.*{DUMP_SUFFIX}")):
-        return "", None  # one dump at a time
+    if not restarted(checkpoint) or any(folder.glob(f"driver-{key}.*{DUMP_SUFFIX}")):
+        return "", None  # a first run may be the only one (a demo, a test); one dump at a time
     dump = folder / f"driver-{key}.{os.getpid()}{DUMP_SUFFIX}"
     return f"-XX:ArchiveClassesAtExit={dump} {QUIET}", dump
+
+
+def restarted(checkpoint: str) -> bool:
+    """True when an earlier run of the job committed a batch to this checkpoint."""
+    return (Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "commits").is_dir()
 
 
 def note_classpath(spark, dump: Path) -> None:

@@ -29,7 +29,8 @@ def java(options: str, classpath: str = CLASSPATH, main: tuple[str, ...] = ("-ve
 
 
 def recorded(checkpoint: Path, settings=SETTINGS) -> Path:
-    """What a first start does: its JVM records a dump at exit, its classpath noted beside it."""
+    """What a restart does: its JVM records a dump at exit, its classpath noted beside it."""
+    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)  # an earlier run committed a batch
     options, dump = jc.sharing_options(str(checkpoint), settings)
     assert options.startswith("-XX:ArchiveClassesAtExit=") and dump is not None
     assert dump.parent == checkpoint / "icerouter" / "jvm"
@@ -95,7 +96,15 @@ def test_other_settings_record_their_own_archive_and_drop_the_old(tmp_path):
     assert jc.archive_key({**SETTINGS, "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}, JAVA) != key
 
 
+def test_a_first_run_records_nothing(tmp_path):
+    assert jc.sharing_options(str(tmp_path / "new"), SETTINGS) == ("", None)
+    assert jc.sharing_options(str(tmp_path), SETTINGS) == ("", None)  # no batch committed yet
+    (tmp_path / "commits").mkdir()
+    assert jc.sharing_options(str(tmp_path), SETTINGS)[0].startswith("-XX:ArchiveClassesAtExit=")
+
+
 def test_own_sharing_flags_turn_it_off(tmp_path):
+    (tmp_path / "commits").mkdir()
     for flag in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa"):
         settings = {**SETTINGS, "spark.driver.extraJavaOptions": f"-Da=b {flag}"}
         assert jc.sharing_options(str(tmp_path), settings) == ("", None)
