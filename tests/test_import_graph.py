@@ -5,12 +5,19 @@
 - registry/ and evolution/ never import router/, evolution/ never imports registry/;
 - stages: table I/O (router.catalog: writers, delete files, commits, the dead-letter table), routing
   and config are shared by every side, so they import none of executor, driver, maintenance,
-  planning or cli; maintenance takes its table I/O from router.catalog, never from the executor.
+  planning or cli; maintenance takes its table I/O from router.catalog, never from the executor;
+- the Kafka sources' planner modules load light: Spark imports them in a fresh Python process for
+  each planning step of a start (schema, planner), so the write path, the catalog, the registry and
+  the libraries behind them (pyiceberg, pyarrow, confluent-kafka ...) come in with the tasks only.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +33,14 @@ FORBIDDEN = [  # (importer prefix, imported prefix, why)
     ("router.maintenance", "router.executor", "maintenance takes table I/O from router.catalog"),
     ("router.maintenance", "router.driver", "maintenance runs beside the driver, not inside it"),
 ]
+
+# what Spark's schema and planner processes import (the source classes are pickled by reference)
+PLANNER_MODULES = ("router.source.datasource", "router.executor.fused_reader")
+# never loaded by them: seconds of imports per process (pyiceberg, polars, pandas, fastavro via the
+# registry and the write path); the planner's broker client comes in when it first asks the broker
+PLANNER_NEVER_LOADS = ("pyiceberg", "pyarrow", "numpy", "pandas", "polars", "fastavro", "sqlalchemy",
+                       "confluent_kafka", "registry", "router.catalog", "router.executor.tasks",
+                       "router.descriptors", "router.source.fetch", "router.source.metadata")
 
 
 def module_name(path: Path) -> str:
@@ -110,3 +125,35 @@ def test_the_checks_see_imports_inside_functions():
     graph = import_graph()
     assert "router.driver.job" in graph["router.cli.commands"]  # imported inside cmd_run
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def loaded_by(modules) -> set[str]:
+    """sys.modules of a fresh interpreter (this checkout first on its path) after importing `modules`."""
+    code = f"import json, sys; import {', '.join(modules)}; print(json.dumps(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    return set(json.loads(out.stdout))
+
+
+def heavy_in(loaded: set[str]) -> list[str]:
+    return sorted(m for m in loaded if any(within(m, heavy) for heavy in PLANNER_NEVER_LOADS))
+
+
+def test_the_source_planner_modules_load_light():
+    loaded = loaded_by(PLANNER_MODULES)
+    assert "pyspark.sql.datasource" in loaded
+    assert not heavy_in(loaded), f"the source's planner processes would import {heavy_in(loaded)}"
+
+
+def test_the_light_import_rule_can_fail():
+    assert {"pyiceberg", "router.catalog"} <= set(heavy_in(loaded_by(["router.executor.tasks"])))
+
+
+def test_the_fused_source_schema_is_the_descriptor_schema():
+    """The fused source builds its schema without pyarrow; it is the descriptors' Arrow schema."""
+    from router.descriptors import descriptor_spark_schema
+    from router.executor.fused_reader import FusedDataSource, descriptor_struct
+
+    assert descriptor_struct() == descriptor_spark_schema()
+    assert FusedDataSource({}).schema() == descriptor_spark_schema()

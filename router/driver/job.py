@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from router.catalog import get_catalog
@@ -23,6 +24,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
+from router.driver.jvm_classes import note_classpath, sharing_options
 from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
 from router.driver.status import BatchStats
@@ -67,6 +69,11 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
         if own[key] != submitted[key]:
             log.warning("job.spark sets %s=%s over spark-submit's %s", key, own[key], submitted[key])
     settings = {**SPARK_DEFAULTS, **quiet, **submitted, **own, **(extra or {})}
+    launched = not submitted and not jvm_running()  # this process starts the driver's JVM
+    # the driver's JVM maps Spark's classes from an archive of a previous start (router/driver/jvm_classes.py)
+    sharing, dump = sharing_options(config.job.checkpoint, settings) if launched else ("", None)
+    if sharing:
+        settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
     # the Python workers' interpreter is PYSPARK_PYTHON in this process (pyspark reads nothing else);
     # spark-submit sets it from spark.pyspark.python, pyspark's own JVM launch does not
     if settings.get("spark.pyspark.python"):
@@ -75,12 +82,31 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     master = settings.pop("spark.master")
     if master.startswith("local[") and "," not in master:
         master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
+    # the context first: Spark's look-up of installed Python data sources then runs while the session is built
+    context = SparkContext.getOrCreate(SparkConf().setMaster(master).setAll(list(settings.items())))
+    threading.Thread(target=look_up_python_sources, args=(context,), name="icerouter-sources", daemon=True).start()
     builder = SparkSession.builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = builder.getOrCreate()  # on that context
     spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
+    if dump is not None:
+        note_classpath(spark, dump)
     return spark
+
+
+def look_up_python_sources(context) -> None:
+    """Spark looks up the installed Python data sources (`pyspark_*` packages) in a Python process of
+    its own, once per JVM, when a session first registers one (~1.3 s of a start, measured): done
+    here beside the session's construction, `fused_stream`'s registration finds it done. Any
+    failure leaves the look-up to that registration, as without this."""
+    with contextlib.suppress(Exception):
+        context._jvm.org.apache.spark.sql.execution.datasources.DataSourceManager().dataSourceExists("icerouter")
+
+
+def jvm_running() -> bool:
+    """True when this process is connected to a JVM already (its options are fixed)."""
+    return SparkContext._gateway is not None
 
 
 def submitted_settings() -> dict[str, str]:

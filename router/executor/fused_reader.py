@@ -14,6 +14,10 @@ small JSON file in the driver's temporary directory, written at start (from the
 checkpoint) and after each batch, read when the next batch's tasks are planned
 (driver side, same host). The id only labels the snapshots the tasks commit. The
 driver half (registering the source, the redirect pass) is router/driver/fused_stream.py.
+
+The source's schema and planning run in Python processes Spark starts for them at each
+start, and each imports this module: its module-level imports are the planner's only
+(light, as router/source/datasource.py's); the write path comes in with the tasks.
 """
 
 from __future__ import annotations
@@ -24,19 +28,18 @@ import os
 import pickle
 import time
 from dataclasses import replace
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from router.descriptors import descriptor_spark_schema
 from router.exceptions import crossing_process_boundary
-from router.executor.tasks import collector_paused, process_partition
 from router.jsonfile import write_json_atomic
 from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
-from router.source.fetch import read_ranges
 from router.source.offsets import Range, pack_ranges
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SOURCE_NAME = "icerouter-fused"
 CONTEXT_KEY = "icerouter.dispatch"
@@ -69,8 +72,17 @@ def write_handoff(path: str, tables: Sequence[str], batch_id: int | None = None)
     write_json_atomic(path, {"quarantined": sorted(tables), "batch_id": batch_id})
 
 
+def descriptor_struct() -> StructType:
+    """router.descriptors.DESCRIPTOR_SCHEMA as Spark types, built without pyarrow or the write path
+    (the schema step imports this module alone; a test pins the two equal)."""
+    return StructType([StructField("table", StringType()), StructField("descriptor", BinaryType())])
+
+
 def process_ranges(options_json: str, ranges: Sequence[tuple], ctx) -> Iterator[pa.RecordBatch]:
     """Read offset ranges and run the write path on them; yields descriptor batches."""
+    from router.executor.tasks import collector_paused, process_partition  # deferred: the tasks' imports
+    from router.source.fetch import read_ranges
+
     started = time.perf_counter()
     with crossing_process_boundary(), collector_paused():
         batches = list(read_ranges(options_json, [Range(*r) for r in ranges]))
@@ -120,7 +132,7 @@ class FusedDataSource(KafkaDataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return descriptor_spark_schema()
+        return descriptor_struct()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(HANDOFF_KEY),

@@ -3,15 +3,20 @@
 The driver-side reader plans offsets (admission control, Trigger.AvailableNow,
 packing); everything a task needs travels in its InputPartition, and tasks
 yield Arrow batches with the schema of Spark's JVM Kafka source.
+
+Spark starts a Python process of its own for each planning step of a start (the
+source's schema, then the planner that lives as long as the query), and each one
+imports this module first: it imports only what planning needs, the broker client
+when the planner first asks the broker and the fetch path (pyarrow, numpy) in the
+tasks (tests/test_import_graph.py pins it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -22,14 +27,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from router.source.exceptions import OffsetsError, SourceOptionsError
-from router.source.fetch import coalesce, read_ranges
-from router.source.metadata import BrokerMetadata
 from router.source.offsets import (
     EARLIEST, LATEST, Offsets, Range, ResumePlan, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
 )
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
 from router.source.rewind import batch_ranges, next_end, open_rewinds, split_rewinds
 from router.source.schema import kafka_struct_type
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from router.source.metadata import BrokerMetadata
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +84,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def metadata(self) -> BrokerMetadata:
         if self._metadata is None:
+            from router.source.metadata import BrokerMetadata  # deferred: the schema step never asks the broker
+
             self._metadata = BrokerMetadata(self.options)
         return self._metadata
 
@@ -156,6 +166,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
+        from router.source.fetch import coalesce, read_ranges  # deferred: tasks only (pyarrow, numpy)
+
         # one batch per partition read suits the executor; Spark pays per batch it receives
         return coalesce(read_ranges(partition.options_json, [Range(*r) for r in partition.ranges]))
 

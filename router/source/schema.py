@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -15,6 +15,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 

@@ -51,6 +51,14 @@ def _top(profile: cProfile.Profile, limit: int = 25) -> list[str]:
     return [line for line in out.getvalue().splitlines() if line.strip()][:limit + 12]
 
 
+def jvm_classes(java_options: str) -> str:
+    """How the driver's JVM got its classes (router/driver/jvm_classes.py): from an archive of an
+    earlier start ("mapped"), from the jars while recording one ("recording"), or from the jars."""
+    if "SharedArchiveFile" in java_options:
+        return "mapped"
+    return "recording" if "ArchiveClassesAtExit" in java_options else "jars"
+
+
 def main(spec_file: str) -> int:
     spec = json.loads(Path(spec_file).read_text())
     import router
@@ -88,12 +96,14 @@ def main(spec_file: str) -> int:
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()).splitlines()[0])
     cores = spark.sparkContext.defaultParallelism
+    java_options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
     spark.stop()
     if dispatcher.batches:
         marks["first_batch_running"] = dispatcher.batches[0].started
     t0 = spec["t0"]
     result = {"code": str(Path(router.__file__).parent.parent), "marks_s": {k: round(v - t0, 3) for k, v in marks.items()},
-              "parts_s": parts, "launch": hasattr(job, "launch"), "memory_peak_mb": peak, "executor_cores": cores,
+              "parts_s": parts, "launch": hasattr(job, "launch"), "jvm_classes": jvm_classes(java_options),
+              "memory_peak_mb": peak, "executor_cores": cores,
               "batches": batch_rows(dispatcher.batches, cores)}
     if profile is not None:
         result["profile_top"] = _top(profile)

@@ -10,6 +10,10 @@ and the commit work of each N-table batch: `task_commit_s` (the tasks' commit se
 summed over the tasks), `commit_s` (the driver's commit phase, wall) and `commit_work_s`
 (commit_s + task_commit_s / executor cores).
 
+After the setup run, a restart over one batch ("warm") leaves what a job's earlier restarts leave
+on its host: the driver JVM's class archive (router/driver/jvm_classes.py), which the measured
+starts of the checkout's code map (`jvm_classes` per start: mapped, recording or jars).
+
 --before-ref REV also runs the starts with REV's product code (router/, registry/, evolution/
 unpacked from git into the working directory), alternating with the checkout's, on the same
 catalog: a "before" against an "after" in one run.
@@ -61,6 +65,7 @@ def _summary(run: dict, topics: int) -> dict:
     out = {"start_s": marks.get("first_batch_running"),
            # seconds of each step; with `launch` (overlapped) the catalog steps ran during build_spark
            "overlapped": run.get("launch", False),
+           "jvm_classes": run.get("jvm_classes", "jars"),
            "parts_s": {"python_and_imports": marks["imports"], **parts,
                        "query_started_to_first_batch": round(marks["first_batch_running"] - marks["query_started"], 3)
                        if "first_batch_running" in marks else None},
@@ -99,6 +104,11 @@ def run_scale_start(args, stack, root: Path) -> dict:
     data.produce_bulk(stack.conf, ids, args.partitions, batch_records, pool)
     setup = _child(spec, REPO, root, "setup")
     result["setup"] = _summary(setup, n)
+    # a restart over one batch, as the job's host has seen: its driver JVM records the class archive
+    # that the measured starts of this checkout's code map (a first run records none)
+    data.produce_bulk(stack.conf, ids, args.partitions, batch_records, pool)
+    print("a restart over one batch (the class archive) ...", flush=True)
+    result["warm"] = _summary(_child(spec, REPO, root, "warm"), n)
     runs: dict[str, list] = {label: [] for label, _ in codes}
     for repeat in range(args.start_repeats):
         for label, code in codes:
