@@ -154,7 +154,7 @@ def _catalog(data: Any, base: Path) -> CatalogConfig:
 def _job(data: Any, base: Path) -> JobConfig:
     s = Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
                               "commit_retries", "spark", "fused_read", "commit_in_tasks", "metrics",
-                              "lease_seconds"))
+                              "lease_seconds", "jvm_class_archive"))
     name = s.get("name", "icerouter", str)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
@@ -166,7 +166,8 @@ def _job(data: Any, base: Path) -> JobConfig:
                      str((base / status).resolve()) if status else None,
                      s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
                      bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)),
-                     _metrics(s.get("metrics", None, dict)), _lease_seconds(s.get("lease_seconds", 60.0, (int, float))))
+                     _metrics(s.get("metrics", None, dict)), _lease_seconds(s.get("lease_seconds", 60.0, (int, float))),
+                     bool(s.get("jvm_class_archive", False, bool)))
 
 
 def _lease_seconds(value: float) -> float:

@@ -94,6 +94,8 @@ class JobConfig:
     commit_in_tasks: bool = True  # a task commits the tables it wrote (router/executor/tasks.py)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     lease_seconds: float = 60.0  # one job per name: the lease a crashed job's successor waits out (0: off)
+    # restarts map Spark's classes from an archive an earlier restart recorded (router/driver/jvm_classes.py)
+    jvm_class_archive: bool = False
 
 
 @dataclass(frozen=True)

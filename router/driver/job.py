@@ -71,7 +71,8 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     settings = {**SPARK_DEFAULTS, **quiet, **submitted, **own, **(extra or {})}
     launched = not submitted and not jvm_running()  # this process starts the driver's JVM
     # the driver's JVM maps Spark's classes from an archive of a previous start (router/driver/jvm_classes.py)
-    sharing, dump = sharing_options(config.job.checkpoint, settings) if launched else ("", None)
+    sharing, dump = (sharing_options(config.job.checkpoint, settings) if launched and config.job.jvm_class_archive
+                     else ("", None))
     if sharing:
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
     # the Python workers' interpreter is PYSPARK_PYTHON in this process (pyspark reads nothing else);

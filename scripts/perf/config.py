@@ -55,6 +55,8 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         "registry": {"url": registry_url},
         "catalog": {"name": "bench", "properties": catalog_properties(root)},
         "job": {"name": "bench", "checkpoint": str(root / "checkpoint"), "trigger_seconds": args.trigger,
+                # scale1000 measures restarts with the driver JVM's class archive (off by default)
+                **({"jvm_class_archive": True} if getattr(args, "mode", None) == "scale1000" else {}),
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
                 **commit_setting(commit_in or args.commit_in),
                 # --metrics: the Prometheus endpoint on a free port (scraped during the run)

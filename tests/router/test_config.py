@@ -27,6 +27,8 @@ def test_defaults_are_sensible(tmp_path):
     assert config.job.checkpoint.startswith(str(tmp_path))
     assert config.tables.metadata_columns is True
     assert (config.kafka.max_records_per_batch, config.kafka.catch_up) == (500_000, "turns")
+    assert config.job.jvm_class_archive is False  # an archive the JVM loads as code: opted into
+    assert parse_config(with_(job={"jvm_class_archive": True})).job.jvm_class_archive is True
     policy = config.evolution.resolve("a")
     assert (policy.new_table.value, policy.new_column.value, policy.type_change.value) == ("evolve", "evolve", "dlq")
 
@@ -45,6 +47,7 @@ def test_defaults_are_sensible(tmp_path):
     (with_(unmatched="keep"), "config.unmatched: 'keep' is not one of dlq, drop"),
     (with_(job={"trigger_seconds": 0}), "job.trigger_seconds: must be > 0"),
     (with_(job={"name": "bad name"}), "job.name"),
+    (with_(job={"jvm_class_archive": "yes"}), "job.jvm_class_archive: expected bool"),
     (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
     (with_(maintenance={"compact_after_files": -1}), "maintenance.compact_after_files: must be >= 0"),
     (with_(extra=1), "config: unknown key 'extra'"),
