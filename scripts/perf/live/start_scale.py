@@ -93,7 +93,8 @@ def run_scale_start(args, stack, root: Path) -> dict:
     batch_records = n * args.partitions * per_batch
     job_args = {"batch_records": batch_records, "catch_up": "even", "trigger": 10.0, "fan_in": False,
                 "commit_in": args.commit_in, "commit_threads": args.commit_threads, "expire_every": args.expire_every,
-                "max_snapshot_age": args.max_snapshot_age, "compact_after_files": args.compact_after_files}
+                "max_snapshot_age": args.max_snapshot_age, "compact_after_files": args.compact_after_files,
+                "mode": args.mode}  # scale1000: job.jvm_class_archive on (scripts/perf/config.py)
     spec = {"root": str(root), "bootstrap": stack.bootstrap, "registry_url": stack.registry_url,
             "client": stack.client, "pattern": r"orders\..*", "args": job_args, "profile": bool(args.profile)}
     codes = [("after", REPO)]
