@@ -10,22 +10,11 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
 from pyiceberg.manifest import ManifestContent
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform, IdentityTransform
-from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from router.catalog import DEFAULT_TABLE_PROPERTIES, manifest_lists
 from router.catalog.datafiles import write_data_files
 from tests.duckdb_reader import read_iceberg
-
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "ts", TimestamptzType(), required=False),
-                NestedField(3, "kind", StringType(), required=False))
-SPECS = {
-    "unpartitioned": PartitionSpec(),
-    "day_and_kind": PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day"),
-                                  PartitionField(3, 1001, IdentityTransform(), "kind")),
-}
+from tests.router.catalog.test_avro_writers import SCHEMA, SPECS  # the same table layouts
 
 
 def rows(start: int, count: int) -> pa.Table:

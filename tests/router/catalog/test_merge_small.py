@@ -118,17 +118,25 @@ def fill(config: CatalogConfig, table_id: str, batches: int) -> None:
                      maintenance=MaintenanceConfig(merge_small_files_at=0))
 
 
-def test_lost_swap_with_merged_files_gone_commits_the_new_rows_once(catalog_config, unique_name):
-    """A merge staged on a snapshot whose sources another committer then removed: the retry commits
-    the batch's rows alone (once), and the merged file it wrote is deleted."""
+def staged_merge(catalog_config, unique_name):
+    """A table holding AT small files and a batch ("u/0", 4 rows) whose merge is staged (its merged
+    file written) but not committed: (table id, table, merge, batch result)."""
+    from router.catalog.sql import StagedTransaction
+
     table_id = f"{unique_name('n')}.t"
     create_table(catalog_config, table_id, SCHEMA)
     fill(catalog_config, table_id, AT)
     table = load_table(catalog_config, table_id, refresh=True)
     merge = SmallFileMerge(AT, RULE.target_file_size_bytes)
-    from router.catalog.sql import StagedTransaction
     ours = result_for(catalog_config, table_id, "u/0", 0, 4)
     assert merge.stage(StagedTransaction(table), table, ours.data_files, {})  # wrote the merged file
+    return table_id, table, merge, ours
+
+
+def test_lost_swap_with_merged_files_gone_commits_the_new_rows_once(catalog_config, unique_name):
+    """A merge staged on a snapshot whose sources another committer then removed: the retry commits
+    the batch's rows alone (once), and the merged file it wrote is deleted."""
+    table_id, table, merge, ours = staged_merge(catalog_config, unique_name)
     written = [f.file_path for f in merge.written]
     assert len(merge.sources) == AT and all(table.io.new_input(p).exists() for p in written)
     # another committer merges the same files first (a fan-in task of the same batch)
@@ -145,14 +153,7 @@ def test_lost_swap_with_merged_files_gone_commits_the_new_rows_once(catalog_conf
 
 def test_lost_swap_with_merged_files_live_stages_the_same_merge(catalog_config, unique_name):
     """Another committer appended meanwhile (the sources stay live): the same merged file is committed."""
-    table_id = f"{unique_name('n')}.t"
-    create_table(catalog_config, table_id, SCHEMA)
-    fill(catalog_config, table_id, AT)
-    table = load_table(catalog_config, table_id, refresh=True)
-    merge = SmallFileMerge(AT, RULE.target_file_size_bytes)
-    from router.catalog.sql import StagedTransaction
-    ours = result_for(catalog_config, table_id, "u/0", 0, 4)
-    assert merge.stage(StagedTransaction(table), table, ours.data_files, {})
+    table_id, table, merge, ours = staged_merge(catalog_config, unique_name)
     written = [f.file_path for f in merge.written]
     fill_more = result_for(catalog_config, table_id, "t/0", AT * 3, 3)
     assert commit_table(catalog_config, fill_more, JOB, AT, maintenance=MaintenanceConfig(merge_small_files_at=0)
