@@ -22,7 +22,7 @@ from router.maintenance import compact, plan_compaction
 from tests.duckdb_reader import read_iceberg_rows
 
 REPO = Path(__file__).resolve().parents[3]
-FILES, ROWS_PER_FILE, VALUE_BYTES = 48, 2_000, 1_000  # ~2 MB per file in memory (~1 MB on disk), ~96 MB in all
+FILES, ROWS_PER_FILE, VALUE_BYTES = 96, 2_000, 1_000  # ~2 MB per file in memory (~1 MB on disk), ~192 MB in all
 MiB = 1 << 20
 
 PEAK = """
@@ -70,10 +70,11 @@ def test_compaction_memory_is_bounded_by_its_window_not_by_the_group(tmp_path):
     whole = _peak(uri, warehouse, "read-all")
     streamed = _peak(uri, warehouse, "compact")
     assert whole["rows"] == streamed["rows"] == total
-    assert whole["peak"] > 80 * MiB  # the group held at once
-    # measured: ~26 MB for 12 files and for 48 alike (4 MiB windows and buffer, plus the copies
-    # a row group takes on its way to Parquet); reading the group at once grows with it (34 -> 108 MB)
-    assert streamed["peak"] < whole["peak"] / 3, (streamed, whole)
+    assert whole["peak"] > 160 * MiB  # the group held at once
+    # measured: 26-36 MB for 12, 48 and 96 files alike (4 MiB windows and buffer, plus the copies a
+    # row group takes on its way to Parquet; the upper end with both cores busy); reading the group
+    # at once grows with it (34 -> 103 -> 196 MB)
+    assert streamed["peak"] < whole["peak"] / 4, (streamed, whole)
 
     table = catalog.load_table("mem.events")
     assert len(list(table.scan().plan_files())) == 1
