@@ -1,7 +1,8 @@
 """Small files merged in the batch's own commit (router/catalog/merge_small.py): the table's file count
 stays bounded, its rows are each batch's rows once (DuckDB and pyiceberg agree), across a schema
 evolution, a lost compare-and-swap whose merged files are gone, several committers of one table
-(fan-in) and the one-transaction commit of a task's tables. SQLite and PostgreSQL catalogs.
+(fan-in) and the one-transaction commit of a task's tables. SQLite and PostgreSQL catalogs. The
+size-tiered choice (big files stay, the ratio, the skipped looks) in test_merge_policy.py.
 """
 
 from __future__ import annotations
