@@ -13,8 +13,8 @@ merged file pair up at every commit). Prints, and with --out writes, per file
 size and threshold: the most live files (all, and under half the budget), the
 write amplification ((appended + rewritten) / appended bytes), the merges, the
 largest merge, the bytes rewritten per batch over the last 100 batches (what a
-commit pays once the table is large), the looks at the manifests, and old/new
-ratios of each.
+commit pays once the table is large), the looks at the manifests, the batch of
+the last merge, and old/new ratios of each.
 
     python scripts/perf/merge_policy.py --batches 900 --out benchmarks/merge_policy.json
 """
@@ -73,7 +73,7 @@ def new_policy(live: list, at: int, skip) -> tuple[list, int, tuple | None]:
 def simulate(policy, sizes, batches: int, at: int) -> dict:
     live: list[tuple[int, int, str]] = []  # (size, sequence number, path)
     appended = rewritten = merges = looks = largest = max_live = max_small = 0
-    tail, skip = [], None
+    tail, skip, last = [], None, None
     for batch in range(batches):
         written = 0
         if len(live) >= at:
@@ -86,6 +86,7 @@ def simulate(policy, sizes, batches: int, at: int) -> dict:
                 live.append((written, batch, f"m{batch}"))
                 rewritten += written
                 merges += 1
+                last = batch
                 largest = max(largest, written)
         size = sizes(batch)
         live.append((size, batch, f"b{batch}"))
@@ -97,7 +98,7 @@ def simulate(policy, sizes, batches: int, at: int) -> dict:
     return {"max_live_files": max_live, "max_live_files_under_half_budget": max_small,
             "write_amplification": round((appended + rewritten) / appended, 2), "merges": merges,
             "largest_merge_bytes": largest, "rewritten_bytes_per_batch_last_100": round(sum(tail) / len(tail)),
-            "manifest_looks": looks, "live_files_at_end": len(live)}
+            "manifest_looks": looks, "live_files_at_end": len(live), "last_merge_batch": last}
 
 
 def ratio(a, b):
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
                       f"(small {r['max_live_files_under_half_budget']:>3}), write amp {r['write_amplification']:>6}, "
                       f"merges {r['merges']:>4}, largest {r['largest_merge_bytes'] / 1e6:6.1f} MB, "
                       f"rewritten/batch at the end {r['rewritten_bytes_per_batch_last_100'] / 1e6:6.2f} MB, "
-                      f"looks {r['manifest_looks']:>4}")
+                      f"looks {r['manifest_looks']:>4}, last merge at {r['last_merge_batch']}")
     result = {"benchmark": "merge_policy", "batches": args.batches, "max_bytes": MAX_BYTES, "max_files": MAX_FILES,
               "size_ratio": SIZE_RATIO, "target_file_size_bytes": TARGET, "runs": runs}
     if args.out:
