@@ -16,7 +16,7 @@ largest merge, the bytes rewritten per batch over the last 100 batches (what a
 commit pays once the table is large), the looks at the manifests, the batch of
 the last merge, and old/new ratios of each.
 
-    python scripts/perf/merge_policy.py --batches 900 --out benchmarks/merge_policy.json
+    python -m scripts.perf.merge_policy --batches 900 --out benchmarks/merge_policy.json
 """
 
 from __future__ import annotations
