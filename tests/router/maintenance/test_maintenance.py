@@ -307,7 +307,7 @@ def test_reachable_files_reads_each_manifest_once_and_stays_right_after_expiry_a
         catalog, unique_name, monkeypatch):
     """A maintenance run asks what the retained snapshots reach several times; manifest lists and
     manifests never change, so a repeat reads nothing, and what changed is what new files say."""
-    from router.maintenance import files
+    from router.catalog import reachable
 
     table = build_table(catalog, unique_name("reach"), batches=8)
     opened: list[str] = []
@@ -322,7 +322,7 @@ def test_reachable_files_reads_each_manifest_once_and_stays_right_after_expiry_a
     time.sleep(1.1)  # every snapshot but the newest is past the age
     maintain_table(table, config(retain_last_snapshots=1), orphans=False)
     cached = (reachable_files(table), reachable_files(table, include_deleted_entries=True))
-    files._named.clear()
+    reachable._named.clear()
     assert (reachable_files(table), reachable_files(table, include_deleted_entries=True)) == cached
     assert {local(p) for p in cached[0] if "/data/" in p} == live_paths(table)
     assert cached[1] > cached[0]  # the replace snapshot's manifests name the files it removed
