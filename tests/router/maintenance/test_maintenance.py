@@ -314,7 +314,8 @@ def test_reachable_files_reads_each_manifest_once_and_stays_right_after_expiry_a
     new_input = table.io.new_input
     monkeypatch.setattr(table.io, "new_input", lambda path: opened.append(path) or new_input(path))
     first = reachable_files(table)
-    assert len([p for p in opened if "/metadata/" in p]) == len(opened) >= 8 + 1  # manifest lists + manifests
+    # the 8 manifests, and the manifest lists unless this process wrote them (catalog/manifest_lists.py)
+    assert len([p for p in opened if "/metadata/" in p]) == len(opened) >= 8
     read_once = len(opened)
     assert reachable_files(table) == first and len(opened) == read_once
     assert set(map(local, first)) <= set(files_on_disk(table))
