@@ -13,7 +13,8 @@ another committer moved it, or that is an upsert (it locates rows per attempt)
 goes through `commit_table` alone, with its own retries and report; the others
 are committed all the same. When the transaction itself fails (catalog
 unreachable) every staged table goes the same way, its files left in place (the
-commit may have landed: `commit_table` then finds its offsets held and skips).
+commit may have landed: `commit_table` then finds its offsets held and skips;
+the files of the snapshots it expired are left to orphan removal).
 Catalogs other than our SqlCatalog commit table by table, and so does a crash
 drill at table commits (router/faults.py: its SIGKILL comes right after the N-th
 table commit, with the task's other tables not yet committed).
@@ -30,6 +31,7 @@ from router.catalog.commit import (
     CommitOutcome, commit_table, due_for_expiry, held_already, progress_document, stage_transaction,
 )
 from router.catalog.merge_small import merge_for
+from router.catalog.reachable import delete_expired_files, drop_unlisted_manifests
 from router.catalog.tables import get_catalog, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.faults import crash_point, drilling
@@ -44,6 +46,7 @@ class _Staged:
     tx: object
     commit: object  # router.catalog.sql.StagedCommit
     merge: object = None  # router.catalog.merge_small.SmallFileMerge
+    expire: tuple = ()  # snapshot ids the staged commit removes
 
 
 def commit_tables(catalog: CatalogConfig, results: list, job: str, batch_id: int, retries: int = 6,
@@ -105,7 +108,7 @@ def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: 
     outcome.seconds = time.perf_counter() - started  # its own staging; a share of the swap is added
     outcome.cpu_seconds = time.thread_time() - cpu
     outcome.process_cpu_seconds = time.process_time() - process_cpu
-    return _Staged(index, outcome, table, tx, commit, merge)
+    return _Staged(index, outcome, table, tx, commit, merge, tuple(expire))
 
 
 def _swap(sql, catalog: CatalogConfig, staged: list[_Staged]) -> list[_Staged]:
@@ -128,13 +131,17 @@ def _swap(sql, catalog: CatalogConfig, staged: list[_Staged]) -> list[_Staged]:
             except Exception:  # noqa: BLE001 - gone or unreadable: reported by the table's own commit
                 pass
             continue
+        base, producers = entry.table.metadata, list(entry.tx._snapshot_producers)
         _finish(sql, entry)
+        drop_unlisted_manifests(entry.table, producers)
         if entry.merge is not None:
             entry.merge.finish(True)
             entry.outcome.merged = entry.merge.merged_files
         entry.outcome.status = "committed"
         entry.outcome.snapshot_id = entry.table.metadata.current_snapshot_id
         entry.outcome.committed_at = time.time()
+        if entry.expire:
+            entry.outcome.expired_files = delete_expired_files(entry.table, base, entry.expire)
         committed.append(entry)
     n = len(staged)
     for entry in committed:

@@ -4,7 +4,8 @@ Each table gets one transaction: append of the files the executors wrote (one
 new manifest, merged with the earlier ones once enough pile up, see
 catalog/tables.py manifest_merge_properties), the offsets it now holds (router/progress.py: table
 property and snapshot summary) and, when the expiry rule says so, the removal
-of old snapshots.
+of old snapshots; once that commit is known to have landed, the files only the
+removed snapshots referenced are deleted (catalog/reachable.py).
 Exactly-once is decided by offsets, never by Spark batch ids: the executors
 already dropped the rows a table held, and the commit re-checks on fresh
 metadata; a result the table holds entirely is skipped, one it holds in part is
@@ -39,6 +40,7 @@ from router.catalog.deletes import write_position_deletes
 from router.catalog.expiry import snapshots_to_expire
 from router.catalog.locate import locate_keys
 from router.catalog.merge_small import merge_for
+from router.catalog.reachable import delete_expired_files, drop_unlisted_manifests
 from router.catalog.row_delta import row_delta
 from router.catalog.snapshot_files import snapshot_files
 from router.catalog.sql import StagedTransaction
@@ -71,6 +73,7 @@ class CommitOutcome:
     delete_files: int = 0  # upsert tables: position-delete files this commit added
     bytes: int = 0  # data and delete files' bytes this commit added
     merged: int = 0  # small data files merged into one in this commit's snapshot (catalog/merge_small.py)
+    expired_files: int = 0  # files only the snapshots this commit expired referenced, deleted (catalog/reachable.py)
     oldest_record: float | None = None  # the oldest written record's Kafka timestamp (epoch seconds)
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
@@ -167,9 +170,11 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                     last_error = RuntimeError(held)
                     break
             doc = progress_document(previous, result, batch_id)
-            expire = due_for_expiry(table.metadata, maintenance)
+            base, expire = table.metadata, due_for_expiry(table.metadata, maintenance)
             deletes = replaced_rows(table, result.upsert) if result.upsert is not None else []
-            stage_transaction(table, result, job, batch_id, doc, expire, deletes, merge).commit_transaction()
+            tx = stage_transaction(table, result, job, batch_id, doc, expire, deletes, merge)
+            producers = list(tx._snapshot_producers)
+            tx.commit_transaction()
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.deleted_rows = sum(f.record_count for f in deletes)
@@ -201,6 +206,10 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     if merge is not None:
         merge.finish(outcome.status == "committed")
         outcome.merged = merge.merged_files if outcome.status == "committed" else 0
+    if outcome.status == "committed":  # known committed: never when the outcome is unknown
+        drop_unlisted_manifests(table, producers)
+        if outcome.expired:
+            outcome.expired_files = delete_expired_files(table, base, expire)
     outcome.seconds = time.perf_counter() - started
     outcome.cpu_seconds = time.thread_time() - cpu_started
     outcome.process_cpu_seconds = time.process_time() - process_started
@@ -232,6 +241,7 @@ def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retri
         total.cpu_seconds += outcome.cpu_seconds
         total.process_cpu_seconds += outcome.process_cpu_seconds
         total.expired += outcome.expired
+        total.expired_files += outcome.expired_files
         total.deleted_rows += outcome.deleted_rows
         total.delete_files += outcome.delete_files
         total.bytes += outcome.bytes

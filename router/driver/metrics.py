@@ -118,6 +118,8 @@ class JobMetrics:
                              registry=r)
         self.deleted = Counter("icerouter_rows_deleted", "Rows an upsert table's commits deleted", ["table"],
                                registry=r)
+        self.expired_files = Counter("icerouter_expired_files_deleted", "Files only the snapshots a table's commits "
+                                     "expired referenced, deleted after those commits", ["table"], registry=r)
         self.failures = Counter("icerouter_commit_failures", "Table commits that failed (after retries)",
                                 ["table"], registry=r)
         self.retries = Counter("icerouter_commit_retries", "Commit attempts beyond the first (conflicts)",
@@ -156,6 +158,8 @@ class JobMetrics:
                 self.files.labels(table=o.table, content="position_deletes").inc(o.delete_files)
             if o.deleted_rows:
                 self.deleted.labels(table=o.table).inc(o.deleted_rows)
+            if o.expired_files:
+                self.expired_files.labels(table=o.table).inc(o.expired_files)
             self.bytes.labels(table=o.table).inc(o.bytes)
             at = o.committed_at or time.time()
             self.last_commit[o.table] = max(self.last_commit.get(o.table, 0.0), at)

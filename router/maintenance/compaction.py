@@ -36,6 +36,7 @@ from pyiceberg.table.update.validate import _validate_data_files_exist, _validat
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog import backoff, delete_quietly
+from router.catalog.reachable import drop_unlisted_manifests
 from router.catalog.row_delta import FileChanges
 from router.catalog.snapshot_files import SnapshotFiles, deleted_counts, live_delete_files, snapshot_files
 from router.catalog.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
@@ -314,36 +315,39 @@ def _commit_replace(table, old: list[DataFile], new: list[DataFile], spec_id: in
             table.refresh()
         if table.metadata.default_spec_id != spec_id:
             raise CompactionConflict("the partition spec changed during compaction", table=_name(table))
-        files = _check_unchanged(table, old, planned)
+        tx, producer, staged = StagedTransaction(table), None, False
         try:
-            with StagedTransaction(table) as tx:
-                producer = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
-                                         snapshot_properties=dict(COMPACTION_SUMMARY))
-                for f in old:
-                    producer.delete_data_file(f)
-                for f in new:
-                    producer.append_data_file(f)
-                for d in _obsolete_deletes(table, files, rewritten):
-                    producer.remove_delete_file(d)
-                producer.commit()
+            files = _check_unchanged(table, old, planned)
+            producer = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
+                                     snapshot_properties=dict(COMPACTION_SUMMARY))
+            for f in old:
+                producer.delete_data_file(f)
+            for f in new:
+                producer.append_data_file(f)
+            for d in _obsolete_deletes(table, files, rewritten):
+                producer.remove_delete_file(d)
+            producer.commit()
+            staged = True
+            tx.commit_transaction()
         except ValidationException as exc:
             raise CompactionConflict(f"replaced files are no longer live: {exc}", table=_name(table)) from None
         except CommitFailedException as exc:
             log.info("compaction of %s conflicted (attempt %d): %s", _name(table), attempt + 1, exc)
             backoff(attempt, base=0.05, cap=2.0)
             continue
+        except FileNotFoundError as exc:
+            if staged:  # raised by the commit itself: its outcome is not known
+                raise
+            # the job's commits expired the snapshot just read and deleted its manifests: read it again
+            log.info("compaction of %s read a snapshot expired meanwhile (attempt %d): %s", _name(table),
+                     attempt + 1, exc)
+            if producer is not None:
+                producer._clean_all_uncommitted()
+            continue
         table.refresh()
-        _drop_intermediate_manifests(table, producer)
+        drop_unlisted_manifests(table, [producer])  # rewritten without the replaced files, then merged
         return producer, attempt + 1
     raise CompactionConflict("the commit kept conflicting", table=_name(table), attempts=attempts)
-
-
-def _drop_intermediate_manifests(table, producer: _ReplaceFiles) -> None:
-    """Manifests rewritten without the replaced files, then merged, are referenced by nothing."""
-    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
-    if snapshot is not None:
-        kept = {m.manifest_path for m in snapshot.manifests(table.io)}
-        delete_quietly(table.io, [p for p in producer._written_manifests if p not in kept])
 
 
 def _name(table) -> str:

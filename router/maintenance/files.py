@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import os
 import posixpath
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlparse
 
-from cachetools import LRUCache
 from pyarrow.fs import FileSelector
-from pyiceberg.manifest import ManifestEntryStatus
-from pyiceberg.manifest import _manifests as _pyiceberg_manifests
 
 from router.catalog import delete_quietly, expire_snapshots
+from router.catalog.reachable import REFRESH_ATTEMPTS, reachable_files, unreferenced_files
 from router.exceptions import MaintenanceError, UnsupportedLocation
 from router.maintenance.compaction import LOCAL_SCHEMES, _name
 
@@ -33,69 +30,33 @@ class ExpiryResult:
     deleted_files: list[str] = field(default_factory=list)
 
 
-#: File paths held by the caches of what manifest lists and manifests name (~100 bytes each).
-REACHABLE_CACHE_PATHS = 1_000_000
-
-# Manifest lists and manifests are written once under unique names and never change, so what they
-# name is cached by path. A maintenance run asks it of every retained snapshot several times
-# (before and after each expiry, after compaction): 0.3 s a time, 1.5 of a run's 2.2 s of CPU,
-# for a table with 70 snapshots and 160 files, read again from disk each time (cProfile).
-_named: LRUCache = LRUCache(maxsize=REACHABLE_CACHE_PATHS, getsizeof=lambda value: 1 + sum(map(len, value)))
-_named_lock = threading.Lock()
-
-
-def _cached(key: tuple, read: Callable[[], tuple]) -> tuple:
-    with _named_lock:
-        value = _named.get(key)
-    if value is None:
-        value = read()
-        with _named_lock:
-            _named[key] = value
-    return value
-
-
-def _manifests(io, manifest_list: str) -> tuple:
-    """The ManifestFiles a manifest list names (one-tuple, for the cache's size count)."""
-    return _cached(("list", manifest_list), lambda: (tuple(_pyiceberg_manifests(io, manifest_list)),))[0]
-
-
-def _data_files(io, manifest) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(live, deleted) data and delete file paths a manifest names."""
-    def read():
-        entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-        return (tuple(e.data_file.file_path for e in entries if e.status != ManifestEntryStatus.DELETED),
-                tuple(e.data_file.file_path for e in entries if e.status == ManifestEntryStatus.DELETED))
-    return _cached(("manifest", manifest.manifest_path), read)
-
-
-def reachable_files(table, include_deleted_entries: bool = False) -> set[str]:
-    """Manifest lists, manifests and data/delete files the table's snapshots still reference."""
-    paths: set[str] = set()
-    seen: set[str] = set()
-    for snapshot in table.metadata.snapshots:
-        paths.add(snapshot.manifest_list)
-        for manifest in _manifests(table.io, snapshot.manifest_list):
-            if manifest.manifest_path in seen:
-                continue
-            seen.add(manifest.manifest_path)
-            paths.add(manifest.manifest_path)
-            live, deleted = _data_files(table.io, manifest)
-            paths.update(live)
-            if include_deleted_entries:
-                paths.update(deleted)
-    return paths
-
-
 def expire(table, retain_last: int, max_age_seconds: float, delete_files: bool = True) -> ExpiryResult:
-    """Expire old snapshots (router/catalog/expiry.py), then delete the files only they used."""
-    before = reachable_files(table) if delete_files else set()
+    """Expire old snapshots (router/catalog/expiry.py), then delete the files only they used.
+
+    Judged on fresh metadata: every snapshot of the table as first read that is gone now counts,
+    also those the job's commits expired meanwhile (whose files those commits delete as well)."""
+    before = table.metadata
     expired = expire_snapshots(table, retain_last, max_age_seconds)
     result = ExpiryResult(expired=expired)
     if expired and delete_files:
-        table.refresh()
-        result.deleted_files = sorted(before - reachable_files(table))
+        result.deleted_files = _left_behind(table, before)
         delete_quietly(table.io, result.deleted_files)
     return result
+
+
+def _left_behind(table, before) -> list[str]:
+    """Files of the snapshots of `before` that the table no longer holds, referenced by none it holds.
+    A held snapshot whose files vanished was expired by a later commit: read fresh metadata again."""
+    for attempt in range(REFRESH_ATTEMPTS):
+        table.refresh()
+        current = {s.snapshot_id for s in table.metadata.snapshots}
+        try:
+            return unreferenced_files(table.io, [s for s in before.snapshots if s.snapshot_id not in current],
+                                      table.metadata.snapshots)
+        except FileNotFoundError:
+            if attempt == REFRESH_ATTEMPTS - 1:
+                raise
+    return []
 
 
 def delete_unreferenced(table, paths: set[str]) -> tuple[list[str], set[str]]:

@@ -37,16 +37,16 @@ def as_before():
     from pyiceberg.table import Transaction
 
     import router.catalog.expiry as expiry
+    import router.catalog.reachable as reachable
     import router.maintenance.compaction as compaction
-    import router.maintenance.files as files
 
-    saved = files._cached, expiry.StagedTransaction, compaction.StagedTransaction
-    files._cached = lambda key, read: read()
+    saved = reachable._cached, expiry.StagedTransaction, compaction.StagedTransaction
+    reachable._cached = lambda key, read: read()
     expiry.StagedTransaction = compaction.StagedTransaction = Transaction
     try:
         yield
     finally:
-        files._cached, expiry.StagedTransaction, compaction.StagedTransaction = saved
+        reachable._cached, expiry.StagedTransaction, compaction.StagedTransaction = saved
 
 
 def maintain(scheduler, name: str, files: int) -> dict:

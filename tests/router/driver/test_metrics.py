@@ -19,7 +19,8 @@ from router.driver.metrics import JobMetrics
 
 def _outcome(table: str, rows: int = 10, **kw):
     base = dict(status="committed", table=table, attempts=1, where="task", seconds=0.02, rows=rows, files=1,
-                delete_files=0, deleted_rows=0, bytes=1000, committed_at=None, oldest_record=time.time() - 1.5)
+                delete_files=0, deleted_rows=0, bytes=1000, expired_files=0, committed_at=None,
+                oldest_record=time.time() - 1.5)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -58,9 +59,10 @@ def test_exposition_parses_and_follows_batches(monkeypatch):
     key = ("icerouter_table_seconds_since_last_commit", (("table", "ns.a"),))
     assert second[key] > first[key]  # time still moves
 
-    metrics.observe_batch(_stats(), [_outcome("ns.a", rows=4)], {})
+    metrics.observe_batch(_stats(), [_outcome("ns.a", rows=4, expired_files=7)], {})
     third = _samples(metrics.exposition())
     assert third[("icerouter_rows_committed_total", (("table", "ns.a"),))] == 14
+    assert third[("icerouter_expired_files_deleted_total", (("table", "ns.a"),))] == 7
     assert third[("icerouter_batches_total", ())] == 2 and len(lag_reads) == 1
     monkeypatch.setattr(metrics_module, "LAG_REFRESH_SECONDS", 0.0)
     metrics.exposition()
