@@ -28,8 +28,10 @@ from router.catalog.tables import delete_quietly
 
 log = logging.getLogger("icerouter.catalog")
 
-#: File paths held by the caches of what manifest lists and manifests name (~100 bytes each).
-REACHABLE_CACHE_PATHS = 1_000_000
+#: File paths held by the caches of what manifest lists and manifests name (~150 bytes each, ~30 MB
+#: in all). Every Python worker of the job holds one: at 200 tables committing every 2 s it fills
+#: with manifests no expiry will ask for again, so the bound is what it costs in each process.
+REACHABLE_CACHE_PATHS = 200_000
 #: Fresh metadata is read this many times when a snapshot's files vanish meanwhile (a later commit expired it).
 REFRESH_ATTEMPTS = 3
 
