@@ -157,6 +157,10 @@ def run_freshness(args, stack, root: Path) -> dict:
     data.produce_bulk(stack.conf, ids, args.partitions, warm, pool)  # first batch creates every table
 
     config = job_config(args, root, stack.bootstrap, stack.registry_url, stack.client)
+    m = config.maintenance
+    result["maintenance_config"] = {"merge_small_files_at": m.merge_small_files_at, "compact_after_files": m.compact_after_files,
+                                    "expire_every_commits": m.expire_every_commits,
+                                    "retain_last_snapshots": m.retain_last_snapshots}
     spark = build_spark(config)
     memory = MemorySampler().start()
     recording = functools.partial(RecordingDispatcher, keep_offsets=True)
