@@ -66,9 +66,10 @@ def commit_drift(rows: list[dict]) -> dict | None:
     return {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
 
 
-def live_files(db: Path, namespace: str) -> dict[str, int]:
-    """Data files of each table's current snapshot (what a reader opens), read from the catalog's
-    metadata pointers and the metadata JSON directly (no pyiceberg in the sampling thread)."""
+def live_files(db: Path, namespace: str) -> dict[str, tuple[int, int]]:
+    """(data files of the current snapshot: what a reader opens, snapshots kept) of each table, read
+    from the catalog's metadata pointers and the metadata JSON directly (no pyiceberg in the sampling
+    thread)."""
     import json
     import sqlite3
     from urllib.parse import urlparse
@@ -85,8 +86,16 @@ def live_files(db: Path, namespace: str) -> dict[str, int]:
             continue
         current = next((s for s in meta.get("snapshots", []) if s["snapshot-id"] == meta.get("current-snapshot-id")),
                        None)
-        out[name] = int((current or {}).get("summary", {}).get("total-data-files", 0))
+        out[name] = (int((current or {}).get("summary", {}).get("total-data-files", 0)), len(meta.get("snapshots", [])))
     return out
+
+
+def metadata_file_counts(warehouse: Path, namespace: str) -> list[int]:
+    """Files under each table's metadata directory (metadata JSON, manifest lists, manifests)."""
+    root = warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"
+    if not root.is_dir():
+        return []
+    return [sum(1 for p in (t / "metadata").iterdir() if p.is_file()) for t in root.iterdir() if (t / "metadata").is_dir()]
 
 
 class FileSampler:
@@ -108,14 +117,19 @@ class FileSampler:
 
         disk = data_file_stats(self.root / "warehouse", NAMESPACE)
         try:
-            live = list(live_files(self.root / "catalog.db", NAMESPACE).values())
+            found = list(live_files(self.root / "catalog.db", NAMESPACE).values())
         except Exception as exc:  # a locked or busy catalog file: this sample has no live counts
             print(f"  files sample: {exc}", flush=True)
-            live = []
+            found = []
+        live, snapshots = [n for n, _ in found], [k for _, k in found]
+        metadata = metadata_file_counts(self.root / "warehouse", NAMESPACE)
         self.rows.append({"t": round(time.time() - self.t0, 1), "disk_per_table_max": disk["files_per_table_max"],
                           "disk_per_table_mean": disk["files_per_table_mean"],
                           "live_per_table_max": max(live) if live else None,
-                          "live_per_table_mean": round(statistics.mean(live), 2) if live else None})
+                          "live_per_table_mean": round(statistics.mean(live), 2) if live else None,
+                          "snapshots_per_table_max": max(snapshots) if snapshots else None,
+                          "metadata_files_per_table_max": max(metadata) if metadata else None,
+                          "metadata_files_per_table_mean": round(statistics.mean(metadata), 2) if metadata else None})
         print(f"  files per table at {self.rows[-1]['t']:.0f} s: {self.rows[-1]}", flush=True)
 
     def _loop(self) -> None:
