@@ -8,6 +8,7 @@ size-tiered choice (big files stay, the ratio, the skipped looks) in test_merge_
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 import pyarrow as pa
 import pytest
@@ -243,5 +244,42 @@ def test_a_merge_that_fails_never_keeps_the_batch_from_committing(catalog_config
     assert len(live_files(catalog_config, table_id)) == AT + 1
     outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "u/0", 4, 4), JOB, AT + 1,
                            maintenance=MaintenanceConfig(merge_small_files_at=AT))
+    assert outcome.status == "committed" and outcome.merged >= 2
+    check_rows(catalog_config, table_id, list(range(AT * 3)) + list(range(8)))
+
+
+def test_a_merge_failing_mid_write_deletes_its_partial_file(catalog_config, unique_name, monkeypatch):
+    """The merged file is streamed: a failure once it was started (here the write of its second row
+    group) deletes it, and the batch's rows are appended alone, once."""
+    from urllib.parse import urlparse
+
+    from router.catalog import merge_small
+
+    started: list[str] = []
+    real = merge_small.RollingWriter
+
+    class FailingWriter(merge_small.RollingWriter):
+        def write(self, batch):
+            if self.paths:
+                started.extend(self.paths)
+                raise OSError("no space left on device")
+            super().write(batch)
+
+    monkeypatch.setattr(merge_small, "BUFFER_BYTES", 1)  # every batch read goes out as a row group
+    monkeypatch.setattr(merge_small, "MAX_BATCH_ROWS", 1)  # and every row is a batch
+    monkeypatch.setattr(merge_small, "MIN_BATCH_ROWS", 1)
+    monkeypatch.setattr(merge_small, "RollingWriter", FailingWriter)
+    table_id = f"{unique_name('n')}.t"
+    create_table(catalog_config, table_id, SCHEMA)
+    fill(catalog_config, table_id, AT)
+    outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "u/0", 0, 4), JOB, AT, maintenance=RULE)
+    assert outcome.status == "committed" and outcome.merged == 0
+    assert len(started) == 1 and not load_table(catalog_config, table_id).io.new_input(started[0]).exists()
+    files = live_files(catalog_config, table_id)
+    data_dir = os.path.dirname(urlparse(files[0].file.file_path).path)
+    assert len(os.listdir(data_dir)) == len(files) == AT + 1  # nothing else was left behind
+    monkeypatch.setattr(merge_small, "RollingWriter", real)
+    outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "u/0", 4, 4), JOB, AT + 1,
+                           maintenance=RULE)
     assert outcome.status == "committed" and outcome.merged >= 2
     check_rows(catalog_config, table_id, list(range(AT * 3)) + list(range(8)))
