@@ -27,7 +27,9 @@ DEV_SERVER_SETTINGS = {
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",
-    "max_connections": "100",
+    # each process keeps a connection pool per catalog it opened (the job's Python workers, the
+    # driver's commit threads, a test process's many catalogs): a full test run reached 100
+    "max_connections": "200",
     "shared_buffers": "64MB",
 }
 

@@ -116,7 +116,8 @@ def test_a_file_a_retained_snapshot_reads_is_never_deleted(catalog_config, uniqu
     lists and manifests go; every data file stays, and the table reads every row."""
     table_id = f"{unique_name('n')}.t"
     create_table(catalog_config, table_id, SCHEMA, properties={"commit.manifest.min-count-to-merge": "2"})
-    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0)
+    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0,
+                             merge_small_files_at=0)
     written, deleted = [], 0
     for b in range(16):
         result = batch(catalog_config, table_id, b)
@@ -145,7 +146,8 @@ def test_a_commit_whose_outcome_is_unknown_deletes_nothing(catalog_config, uniqu
     from router.catalog.sql import SqlCatalog
 
     ns = unique_name("n")
-    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0)
+    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0,
+                             merge_small_files_at=0)
     real_swap = SqlCatalog.swap_staged
 
     def swap_then_lose_the_answer(self, staged_commits):
@@ -178,7 +180,8 @@ def test_a_failed_commit_deletes_nothing(catalog_config, unique_name, no_waits):
     """The catalog refuses the table's update: the commit fails, nothing of the table is deleted."""
     table_id = f"{unique_name('n')}.t"
     create_table(catalog_config, table_id, SCHEMA)
-    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0)
+    rule = MaintenanceConfig(expire_every_commits=2, retain_last_snapshots=1, max_snapshot_age_seconds=0,
+                             merge_small_files_at=0)
     _fill_until_due(catalog_config, table_id, rule)
     n = rule.expire_every_commits + rule.retain_last_snapshots
     result = batch(catalog_config, table_id, n)
