@@ -128,7 +128,7 @@ class MaintenanceConfig:
     compact_after_files: int = 100
     # an append's commit merges small files of the table into one once it holds this many data files
     # (router/catalog/merge_small.py; 0: never)
-    merge_small_files_at: int = 16  # 0: never (benchmarks/freshness.json vs freshness_nomerge.json)
+    merge_small_files_at: int = 0  # opt-in until measured at length: see the README
 
 
 @dataclass(frozen=True)
