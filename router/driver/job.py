@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -267,10 +267,27 @@ def launch(config: RouterConfig, available_now: bool = False, **kwargs):
     JVM starts (both only talk to the catalog and the broker; at 1,000 tables they are a second or
     more of a start that Spark's session alone takes several seconds of). Returns (spark, query,
     dispatcher); `kwargs` go to `start_query`."""
-    with ThreadPoolExecutor(1, thread_name_prefix="icerouter-start") as pool:
-        resume = pool.submit(prepare_start, config, source_options(config))
-        spark = build_spark(config)
-        return (spark, *start_query(spark, config, available_now, resume=resume, **kwargs))
+    resume = in_background(prepare_start, config, source_options(config))
+    spark = build_spark(config)
+    return (spark, *start_query(spark, config, available_now, resume=resume, **kwargs))
+
+
+def in_background(call: Callable, *args) -> Future:
+    """`call(*args)` in a daemon thread: a start refused on the Spark side exits at once with its
+    one line, instead of waiting for the broker or the catalog (an unreachable broker held the
+    exit ~30 s, its client's connection errors printed after the refusal)."""
+    future: Future = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call(*args))
+        except BaseException as exc:  # handed to whoever awaits the answer
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="icerouter-start", daemon=True).start()
+    return future
 
 
 #: How long a stop waits for the running micro-batch to end before stopping it anyway.
