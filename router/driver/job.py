@@ -294,7 +294,8 @@ def in_background(call: Callable, *args) -> Future:
 STOP_WAIT_SECONDS = 60.0
 
 
-def stop_between_batches(query, timeout: float = STOP_WAIT_SECONDS, poll: float = 0.05) -> bool:
+def stop_between_batches(query, timeout: float = STOP_WAIT_SECONDS, poll: float = 0.05,
+                         settle: float = 0.25) -> bool:
     """Stop `query` while no micro-batch runs; True if it stopped between batches (False: the timeout passed).
 
     Spark's `stop()` cancels the running batch's tasks and interrupts its
@@ -302,11 +303,18 @@ def stop_between_batches(query, timeout: float = STOP_WAIT_SECONDS, poll: float 
     again) but the batch's work is thrown away and its temp files left behind.
     Between two triggers nothing is running, so waiting for that gap loses
     nothing; a job whose batches run back to back is stopped after `timeout`.
+    A gap counts once it lasted `settle` seconds: a batch that overran its trigger
+    is followed by the next at once, and a stop in that instant cancelled it.
     """
     deadline = time.monotonic() + timeout
     between = False
+    idle_since = None
     while query.isActive and time.monotonic() < deadline:
-        if not query.status.get("isTriggerActive", False):
+        if query.status.get("isTriggerActive", False):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= settle:
             between = True
             break
         time.sleep(poll)
