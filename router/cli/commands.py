@@ -100,11 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from router.driver.job import run  # deferred: only `run` and `demo` need pyspark
-
-
     config = load_config(args.config)
-    run(config, available_now=args.available_now)
+    # deferred: only `run` and `demo` need pyspark. The JVM starts first, in a thread, while the
+    # rest of the job is imported and the catalog and broker are read (the start's longest part)
+    from router.driver.session import start_spark
+    spark = start_spark(config)
+    from router.driver.job import run
+    run(config, available_now=args.available_now, spark=spark)
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""Build the Spark session and start the streaming query (driver side, once per start)."""
+"""Start the streaming query on the driver's session and run it (driver side, once per start)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,11 @@ import logging
 import os
 import re
 import signal
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from pathlib import Path
-from typing import Any, Callable, Sequence
-
-from pyspark import SparkConf, SparkContext
-from pyspark.sql import SparkSession
+from typing import Callable, Sequence
 
 from router.catalog import get_catalog
 from router.catalog.progress_views import table_views
@@ -24,9 +19,11 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
-from router.driver.jvm_classes import note_classpath, sharing_options
 from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
+from router.driver.session import (  # noqa: F401  (build_spark and SPARK_DEFAULTS: the driver's API)
+    SPARK_DEFAULTS, build_spark, in_background, jvm_running, submitted_settings,
+)
 from router.driver.status import BatchStats
 from router.exceptions import ConfigError
 from router.executor.fused_reader import write_handoff
@@ -36,89 +33,6 @@ from router.source.metadata import BrokerMetadata
 from router.table_writes import mode_conflict
 
 log = logging.getLogger("icerouter.job")
-
-SPARK_DEFAULTS = {
-    "spark.master": "local[*]",
-    "spark.app.name": "icerouter",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "4g",
-    "spark.driver.maxResultSize": "1g",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.python.worker.reuse": "true",
-    # tasks are retried on executors (registry hiccups, lost workers)
-    "spark.task.maxFailures": "4",
-}
-
-
-def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
-    """A SparkSession: our defaults, then what spark-submit set (when it started this driver), then
-    `job.spark` (Spark's own order: settings made in code win over spark-submit's). Call before any
-    JVM starts, or from a driver spark-submit started."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # a corrupt Avro payload makes the columnar reader panic (caught, the record is dead-lettered);
-    # keep that to one line in the worker logs instead of a full Rust backtrace
-    os.environ["RUST_BACKTRACE"] = "0"
-    log4j = Path(__file__).with_name("log4j2.properties")
-    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-             "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
-    submitted = submitted_settings()
-    own = {k: str(v) for k, v in config.job.spark.items()}
-    for key in sorted(own.keys() & submitted.keys()):
-        if own[key] != submitted[key]:
-            log.warning("job.spark sets %s=%s over spark-submit's %s", key, own[key], submitted[key])
-    settings = {**SPARK_DEFAULTS, **quiet, **submitted, **own, **(extra or {})}
-    launched = not submitted and not jvm_running()  # this process starts the driver's JVM
-    # the driver's JVM maps Spark's classes from an archive of a previous start (router/driver/jvm_classes.py)
-    sharing, dump = (sharing_options(config.job.checkpoint, settings) if launched and config.job.jvm_class_archive
-                     else ("", None))
-    if sharing:
-        settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
-    # the Python workers' interpreter is PYSPARK_PYTHON in this process (pyspark reads nothing else);
-    # spark-submit sets it from spark.pyspark.python, pyspark's own JVM launch does not
-    if settings.get("spark.pyspark.python"):
-        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    master = settings.pop("spark.master")
-    if master.startswith("local[") and "," not in master:
-        master = master[:-1] + ",4]"  # local[N,F]: allow task retries in local mode
-    # the context first: Spark's look-up of installed Python data sources then runs while the session is built
-    context = SparkContext.getOrCreate(SparkConf().setMaster(master).setAll(list(settings.items())))
-    threading.Thread(target=look_up_python_sources, args=(context,), name="icerouter-sources", daemon=True).start()
-    builder = SparkSession.builder.master(master)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()  # on that context
-    spark.sparkContext.setLogLevel(os.environ.get("ICEROUTER_SPARK_LOG_LEVEL", "ERROR"))
-    if dump is not None:
-        note_classpath(spark, dump)
-    return spark
-
-
-def look_up_python_sources(context) -> None:
-    """Spark looks up the installed Python data sources (`pyspark_*` packages) in a Python process of
-    its own, once per JVM, when a session first registers one (~1.3 s of a start, measured): done
-    here beside the session's construction, `fused_stream`'s registration finds it done. Any
-    failure leaves the look-up to that registration, as without this."""
-    with contextlib.suppress(Exception):
-        context._jvm.org.apache.spark.sql.execution.datasources.DataSourceManager().dataSourceExists("icerouter")
-
-
-def jvm_running() -> bool:
-    """True when this process is connected to a JVM already (its options are fixed)."""
-    return SparkContext._gateway is not None
-
-
-def submitted_settings() -> dict[str, str]:
-    """The settings of the JVM spark-submit started for this driver (its --master, --conf and
-    spark-defaults.conf); empty when pyspark is to start its own JVM."""
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it runs
-        return {}
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, starts none
-    return dict(SparkConf().getAll())
 
 
 def check_driver_python(spark) -> None:
@@ -262,32 +176,15 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     return query, dispatcher
 
 
-def launch(config: RouterConfig, available_now: bool = False, **kwargs):
+def launch(config: RouterConfig, available_now: bool = False, spark: Future | None = None, **kwargs):
     """`build_spark` and `start_query`, the catalog prepared and the start positions read while the
     JVM starts (both only talk to the catalog and the broker; at 1,000 tables they are a second or
-    more of a start that Spark's session alone takes several seconds of). Returns (spark, query,
-    dispatcher); `kwargs` go to `start_query`."""
+    more of a start that Spark's session alone takes several seconds of). `spark`: the session
+    being built already (router/driver/session.start_spark). Returns (spark, query, dispatcher);
+    `kwargs` go to `start_query`."""
     resume = in_background(prepare_start, config, source_options(config))
-    spark = build_spark(config)
-    return (spark, *start_query(spark, config, available_now, resume=resume, **kwargs))
-
-
-def in_background(call: Callable, *args) -> Future:
-    """`call(*args)` in a daemon thread: a start refused on the Spark side exits at once with its
-    one line, instead of waiting for the broker or the catalog (an unreachable broker held the
-    exit ~30 s, its client's connection errors printed after the refusal)."""
-    future: Future = Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(call(*args))
-        except BaseException as exc:  # handed to whoever awaits the answer
-            future.set_exception(exc)
-
-    threading.Thread(target=work, name="icerouter-start", daemon=True).start()
-    return future
+    session = build_spark(config) if spark is None else spark.result()
+    return (session, *start_query(session, config, available_now, resume=resume, **kwargs))
 
 
 #: How long a stop waits for the running micro-batch to end before stopping it anyway.
@@ -330,14 +227,15 @@ def job_lease(config: RouterConfig) -> Lease | None:
     return Lease(config.catalog, f"{namespace}.{LEASE_TABLE}", config.job.name, config.job.lease_seconds)
 
 
-def run(config: RouterConfig, available_now: bool = False) -> Dispatcher:
-    """Run until stopped (or until caught up with --available-now)."""
+def run(config: RouterConfig, available_now: bool = False, spark: Future | None = None) -> Dispatcher:
+    """Run until stopped (or until caught up with --available-now). `spark`: the session being
+    built already (`icerouter run` starts the JVM before it imports this module)."""
     lease = job_lease(config)
     if lease is not None:
-        lease.acquire()  # a second job with this name is refused here, before Spark starts
+        lease.acquire()  # a second job with this name is refused here, before a query starts
     dispatcher = None
     try:
-        spark, query, dispatcher = launch(config, available_now)
+        spark, query, dispatcher = launch(config, available_now, spark=spark)
 
         def stop(signum, _frame):  # SIGTERM (systemd, Kubernetes): finish cleanly, exit 0
             log.info("signal %s: stopping %s after the current batch", signum, config.job.name)

@@ -5,7 +5,8 @@
 Run with PYTHONPATH naming the product code to measure first (the checkout's, or an older
 revision's unpacked by start_scale.py), so the job, its JVM and its Python workers all run
 that code. Marks are wall-clock times (time.time()) from the parent's `t0`, taken just before
-it started this process: interpreter and imports, Spark session, the catalog's preparation,
+it started this process: interpreter and imports (with code that has router/driver/session.py,
+the JVM starts before the job's modules are imported, as in `icerouter run`), Spark session, the catalog's preparation,
 the start positions (resume planning), the query's start, the first batch running (its
 foreachBatch called). The job then drains what waits with availableNow; the result (marks,
 per-batch rows, peak memory of the driver, the JVM and the Python workers) goes to SPEC's
@@ -62,16 +63,26 @@ def jvm_classes(java_options: str) -> str:
 def main(spec_file: str) -> int:
     spec = json.loads(Path(spec_file).read_text())
     import router
-    import router.driver.job as job
     from scripts.perf.config import job_config
-    from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows
 
-    marks = {"python_ready": PYTHON_READY, "imports": time.time()}
     args = SimpleNamespace(**spec["args"])
     config = job_config(args, Path(spec["root"]), spec["bootstrap"], spec["registry_url"], spec["client"],
                         pattern=spec["pattern"])
-    memory = MemorySampler().start()
     parts: dict = {}
+    early = None
+    try:  # as `icerouter run` does: the JVM starts before the rest of the job is imported
+        from router.driver.session import start_spark
+    except ImportError:  # code from before that split
+        start_spark = None
+    if start_spark is not None:
+        began = time.perf_counter()
+        early = start_spark(config)
+        early.add_done_callback(lambda _: parts.__setitem__("build_spark", round(time.perf_counter() - began, 3)))
+    import router.driver.job as job
+    from scripts.perf.probe import MemorySampler, RecordingDispatcher, batch_rows
+
+    marks = {"python_ready": PYTHON_READY, "imports": time.time()}
+    memory = MemorySampler().start()
     profile = cProfile.Profile() if spec.get("profile") else None
     for name in ("build_spark", "jvm_kafka_available", "check_driver_python", "prepare_catalog", "start_positions",
                  "fused_stream"):
@@ -85,7 +96,10 @@ def main(spec_file: str) -> int:
         finally:
             parts["dispatcher"] = round(time.perf_counter() - started, 3)
 
-    if hasattr(job, "launch"):  # the Spark session built while the catalog is read
+    if early is not None:  # the session begun before the job's imports
+        spark, query, dispatcher = job.launch(config, available_now=True, make_dispatcher=make_dispatcher,
+                                              spark=early)
+    elif hasattr(job, "launch"):  # the Spark session built while the catalog is read
         spark, query, dispatcher = job.launch(config, available_now=True, make_dispatcher=make_dispatcher)
     else:
         spark = job.build_spark(config)
