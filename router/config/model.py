@@ -128,7 +128,7 @@ class MaintenanceConfig:
     compact_after_files: int = 100
     # an append's commit merges small files of the table into one once it holds this many data files
     # (router/catalog/merge_small.py; 0: never)
-    merge_small_files_at: int = 16  # measured at a 2 s trigger: README, benchmarks/freshness.json
+    merge_small_files_at: int = 0  # opt-in; the README gives 16 for a trigger of seconds, with its measurements
 
 
 @dataclass(frozen=True)
