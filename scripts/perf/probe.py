@@ -234,9 +234,14 @@ def cpu_per_second(first: dict, last: dict) -> dict:
     return {k: round((last[k] - first[k]) / span, 3) for k in (*ROLES, "machine_busy")}
 
 
+def namespace_dir(warehouse: Path, namespace: str) -> Path:
+    """Where a catalog put `namespace`'s tables: `<warehouse>/<ns>` or `<warehouse>/<ns>.db`."""
+    return warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"
+
+
 def data_file_stats(warehouse: Path, namespace: str) -> dict:
     """Parquet data files on disk per table of `namespace`: count per table and mean size."""
-    root = warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"
+    root = namespace_dir(warehouse, namespace)
     per_table: dict[str, list[int]] = {}
     if root.is_dir():
         for table_dir in root.iterdir():

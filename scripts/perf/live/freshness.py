@@ -58,12 +58,25 @@ def latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables
 
 
 def commit_drift(rows: list[dict]) -> dict | None:
-    """Mean per-table commit latency of the first 10 vs the last 10 batches that committed tables."""
-    means = [r["table_mean_ms"] for r in rows if r["tables"]]
-    if len(means) < 20:
+    """Per-table commit latency of the first 10 vs the last 10 batches that committed tables; and
+    of the first vs the last tenth of them (the soak's measure), per batch the tables' mean and
+    median, with the mean of every tenth between."""
+    used = [r for r in rows if r["tables"]]
+    if len(used) < 20:
         return None
+    means = [r["table_mean_ms"] for r in used]
     first, last = statistics.mean(means[:10]), statistics.mean(means[-10:])
-    return {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
+    out = {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
+    tenth = len(used) // 10
+    head, tail = used[:tenth], used[-tenth:]
+    for key, name in (("table_mean_ms", "mean"), ("table_p50_ms", "median")):
+        a = statistics.mean(r[key] for r in head) if name == "mean" else statistics.median(r[key] for r in head)
+        b = statistics.mean(r[key] for r in tail) if name == "mean" else statistics.median(r[key] for r in tail)
+        out[f"first_last_tenth_{name}_ms"] = [round(a, 1), round(b, 1)]
+        out[f"first_last_tenth_{name}_ratio"] = round(b / a, 3)
+    out["mean_ms_by_tenth"] = [round(statistics.mean(r["table_mean_ms"] for r in used[i * tenth:(i + 1) * tenth]), 1)
+                             for i in range(10)]
+    return out
 
 
 def live_files(db: Path, namespace: str) -> dict[str, tuple[int, int]]:
@@ -92,7 +105,9 @@ def live_files(db: Path, namespace: str) -> dict[str, tuple[int, int]]:
 
 def metadata_file_counts(warehouse: Path, namespace: str) -> list[int]:
     """Files under each table's metadata directory (metadata JSON, manifest lists, manifests)."""
-    root = warehouse / namespace if (warehouse / namespace).is_dir() else warehouse / f"{namespace}.db"
+    from scripts.perf.probe import namespace_dir  # the probe imports the dispatcher: not at module load
+
+    root = namespace_dir(warehouse, namespace)
     if not root.is_dir():
         return []
     return [sum(1 for p in (t / "metadata").iterdir() if p.is_file()) for t in root.iterdir() if (t / "metadata").is_dir()]
