@@ -143,8 +143,10 @@ class SmallFileMerge:
     def __init__(self, at: int, target_file_size_bytes: int) -> None:
         self.at = at
         self.min_files = min_merge(at)
-        self.budget = min(MAX_BYTES, int(target_file_size_bytes * SMALL_FILE_RATIO))  # bytes a merge reads at most
-        self.small = merged_below(target_file_size_bytes)
+        small = int(target_file_size_bytes * SMALL_FILE_RATIO)
+        self.budget = min(MAX_BYTES, small)  # bytes one merge reads and writes at most
+        # files of half a merge's budget or more are left to compaction, which writes target-size files
+        self.small = min(small, MAX_BYTES // 2)
         self.sources: tuple[DataFile, ...] = ()
         self.written: list[DataFile] = []
         self.staged = False  # the last staged attempt carries the merge
@@ -324,12 +326,6 @@ def _release_memory() -> None:
     (pyarrow's pool on Linux) otherwise keeps them (~60 MiB after a 30 MiB merge, ~10 MiB released,
     for ~1 ms: benchmarks/merge_memory.json)."""
     pa.default_memory_pool().release_unused()
-
-
-def merged_below(target_file_size_bytes: int) -> int:
-    """Files under this size are the merge's; those of half a merge's budget or more are left to
-    compaction, which writes target-size files (and, beside merging, takes only those)."""
-    return min(int(target_file_size_bytes * SMALL_FILE_RATIO), MAX_BYTES // 2)
 
 
 def merge_threshold(identifier: str, at: int) -> int:

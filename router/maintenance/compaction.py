@@ -136,15 +136,8 @@ def _equality_delete_count(table) -> int:
     return int(snapshot.summary.get("total-equality-deletes") or 0) if snapshot and snapshot.summary else 0
 
 
-def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2,
-                    leave_below: int = 0) -> list[CompactionGroup]:
-    """Compaction groups for the table's current snapshot (no writes).
-
-    `leave_below`: data files under this size are left out when the table has no delete files:
-    the job's commits merge those (router/catalog/merge_small.py), and a compaction planning them
-    too lost its commit to the first merge that took one of them (a busy table's then kept its
-    files of 16 MiB and more, which merging leaves to compaction: 23 live files after 30 minutes).
-    """
+def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2) -> list[CompactionGroup]:
+    """Compaction groups for the table's current snapshot (no writes)."""
     if table.current_snapshot() is None or _equality_delete_count(table):
         return []  # rewritten files get a newer sequence number, which would undo equality deletes
     try:
@@ -152,10 +145,7 @@ def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2
     except RowLevelError:  # equality deletes the summary did not count
         return []
     specs, schema = table.specs(), table.schema()
-    data = list(files.data.values())
-    if leave_below and not files.deletes:
-        data = [f for f in data if f.file_size_in_bytes >= leave_below]
-    groups = plan_groups(data, target_file_size_bytes, min_input_files,
+    groups = plan_groups(files.data.values(), target_file_size_bytes, min_input_files,
                          lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>",
                          deleted_counts(table, files))
     return [replace(g, deletes=tuple(files.delete_files_for(f.file_path) for f in g.files)) for g in groups]

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from router.catalog import get_catalog, snapshots_to_expire
-from router.catalog.merge_small import merged_below
 from router.config import MaintenanceConfig, RouterConfig
 from router.exceptions import CompactionConflict, UnsupportedLocation
 from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
@@ -55,11 +54,11 @@ def _data_stats(table) -> tuple[int, int, int]:
 
 
 def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orphans: bool = True,
-                   clock: Callable[[], float] = time.time, leave_below: int = 0) -> MaintenanceReport:
+                   clock: Callable[[], float] = time.time) -> MaintenanceReport:
     """expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run).
 
     ``clock`` dates the orphan cut-off (object stores keep the server's write time, which
-    cannot be back-dated, so tests move the clock instead). ``leave_below``: see plan_compaction."""
+    cannot be back-dated, so tests move the clock instead)."""
     started = time.perf_counter()
     report = MaintenanceReport(_name(table), dry_run)
     report.files_before, report.bytes_before, report.delete_files_before = _data_stats(table)
@@ -68,11 +67,10 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
     retain, age = config.retain_last_snapshots, config.max_snapshot_age_seconds
     if dry_run:
         report.expired_snapshots = len(snapshots_to_expire(table.metadata, retain, age))
-        report.planned_groups = plan_compaction(table, config.target_file_size_bytes, leave_below=leave_below)
+        report.planned_groups = plan_compaction(table, config.target_file_size_bytes)
     else:
         report.expired_snapshots = expire(table, retain, age).expired
-        report.planned_groups = plan_compaction(table.refresh(), config.target_file_size_bytes,
-                                                leave_below=leave_below)
+        report.planned_groups = plan_compaction(table.refresh(), config.target_file_size_bytes)
         try:
             report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
         except CompactionConflict as exc:  # the table is unchanged; the next run plans afresh
@@ -172,11 +170,6 @@ def format_reports(reports: Sequence[MaintenanceReport], pattern: str = "*", dry
     return "\n".join([title, *lines])
 
 
-def compaction_floor(config: MaintenanceConfig) -> int:
-    """The size under which the job's compaction leaves data files to the commits' merging (0: merging off)."""
-    return merged_below(config.target_file_size_bytes) if config.merge_small_files_at else 0
-
-
 class MaintenanceScheduler:
     """Maintains the job's tables, called from the driver after commits: a table is due once its
     interval elapsed or once about `after_files` (see files_threshold) files (data and position-delete) were committed
@@ -222,8 +215,7 @@ class MaintenanceScheduler:
                 # a handle of its own: the process's cached one (router/catalog/tables.py) is
                 # refreshed and committed in place by the job's commits on other threads
                 table = get_catalog(self.config.catalog).load_table(name)
-                report = maintain_table(table, self.config.maintenance, orphans=False,
-                                        leave_below=compaction_floor(self.config.maintenance))
+                report = maintain_table(table, self.config.maintenance, orphans=False)
                 replaced = self.replaced.pop(name, set())
                 if report.compaction.files_removed:
                     replaced |= {f.file_path for g in report.planned_groups for f in g.files}
