@@ -31,7 +31,8 @@ from router.config import parse_config
 from router.devstack.broker import LocalBroker
 from router.devstack.objectstore import LocalObjectStore
 from router.devstack.registry_server import RegistryServer
-from router.driver.job import build_spark, start_query
+from router.driver.job import start_query
+from router.driver.session import build_spark
 
 REGIONS = ("eu", "us")
 CDC_TOPIC = "cdc.customers"

@@ -21,9 +21,7 @@ from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
 from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
-from router.driver.session import (  # noqa: F401  (build_spark and SPARK_DEFAULTS: the driver's API)
-    SPARK_DEFAULTS, build_spark, in_background, jvm_running, submitted_settings,
-)
+from router.driver.session import build_spark, in_background
 from router.driver.status import BatchStats
 from router.exceptions import ConfigError
 from router.executor.fused_reader import write_handoff

@@ -69,9 +69,9 @@ def commit_drift(rows: list[dict]) -> dict | None:
     out = {"first10_ms": round(first, 1), "last10_ms": round(last, 1), "ratio": round(last / first, 3)}
     tenth = len(used) // 10
     head, tail = used[:tenth], used[-tenth:]
-    for key, name in (("table_mean_ms", "mean"), ("table_p50_ms", "median")):
-        a = statistics.mean(r[key] for r in head) if name == "mean" else statistics.median(r[key] for r in head)
-        b = statistics.mean(r[key] for r in tail) if name == "mean" else statistics.median(r[key] for r in tail)
+    for key, name, average in (("table_mean_ms", "mean", statistics.mean),
+                               ("table_p50_ms", "median", statistics.median)):
+        a, b = average(r[key] for r in head), average(r[key] for r in tail)
         out[f"first_last_tenth_{name}_ms"] = [round(a, 1), round(b, 1)]
         out[f"first_last_tenth_{name}_ratio"] = round(b / a, 3)
     out["mean_ms_by_tenth"] = [round(statistics.mean(r["table_mean_ms"] for r in used[i * tenth:(i + 1) * tenth]), 1)

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PROBE = """
 import json, sys
 from router.config import load_config
-from router.driver.job import build_spark
+from router.driver.session import build_spark
 
 def where(_):
     import os, sys, evolution, pyarrow, pyspark, registry, router
