@@ -103,6 +103,13 @@ def choose(files: Iterable[Candidate], min_files: int = 2, max_files: int = MAX_
     return []
 
 
+def merge_candidate_limit(target_file_size_bytes: int) -> int:
+    """Files this size or larger are never merged inline: they are left to compaction, which writes
+    target-size files (merging them rewrites much for little gain). Compaction plans by the same
+    line so that the two never pick the same file (router/maintenance/compaction.py)."""
+    return min(int(target_file_size_bytes * SMALL_FILE_RATIO), MAX_BYTES // 2)
+
+
 def min_merge(at: int) -> int:
     """Files a merge needs: a quarter of the table's threshold, at least 2. Once big files hold a
     table over its threshold every commit may merge: needing a few files merges less often and
@@ -145,8 +152,7 @@ class SmallFileMerge:
         self.min_files = min_merge(at)
         small = int(target_file_size_bytes * SMALL_FILE_RATIO)
         self.budget = min(MAX_BYTES, small)  # bytes one merge reads and writes at most
-        # files of half a merge's budget or more are left to compaction, which writes target-size files
-        self.small = min(small, MAX_BYTES // 2)
+        self.small = merge_candidate_limit(target_file_size_bytes)
         self.sources: tuple[DataFile, ...] = ()
         self.written: list[DataFile] = []
         self.staged = False  # the last staged attempt carries the merge

@@ -136,8 +136,17 @@ def _equality_delete_count(table) -> int:
     return int(snapshot.summary.get("total-equality-deletes") or 0) if snapshot and snapshot.summary else 0
 
 
-def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2) -> list[CompactionGroup]:
-    """Compaction groups for the table's current snapshot (no writes)."""
+def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2,
+                    merged_inline_below: int = 0) -> list[CompactionGroup]:
+    """Compaction groups for the table's current snapshot (no writes).
+
+    `merged_inline_below`: the size under which the job's commits merge files inline (0: they do
+    not; router/catalog/merge_small.py). A merge lands every few commits on a busy table and
+    removes small files, so a compaction that planned them loses its commit: the fan-in table of
+    a 30-minute run at a 2 s trigger never compacted, and its merged files piled up. So when the
+    table holds files above that size that make a group, compaction plans only those, and the
+    two never pick the same file; otherwise it plans all small files, as without merging.
+    """
     if table.current_snapshot() is None or _equality_delete_count(table):
         return []  # rewritten files get a newer sequence number, which would undo equality deletes
     try:
@@ -145,9 +154,17 @@ def plan_compaction(table, target_file_size_bytes: int, min_input_files: int = 2
     except RowLevelError:  # equality deletes the summary did not count
         return []
     specs, schema = table.specs(), table.schema()
-    groups = plan_groups(files.data.values(), target_file_size_bytes, min_input_files,
-                         lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>",
-                         deleted_counts(table, files))
+    deleted = deleted_counts(table, files)
+
+    def plan(data: Iterable[DataFile]) -> list[CompactionGroup]:
+        return plan_groups(data, target_file_size_bytes, min_input_files,
+                           lambda f: specs[f.spec_id].partition_to_path(f.partition, schema) or "<unpartitioned>",
+                           deleted)
+
+    groups = []
+    if merged_inline_below and not files.deletes:  # tables with deletes are never merged inline
+        groups = plan(f for f in files.data.values() if f.file_size_in_bytes >= merged_inline_below)
+    groups = groups or plan(files.data.values())
     return [replace(g, deletes=tuple(files.delete_files_for(f.file_path) for f in g.files)) for g in groups]
 
 

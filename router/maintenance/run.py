@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from router.catalog import get_catalog, snapshots_to_expire
+from router.catalog.merge_small import merge_candidate_limit
 from router.config import MaintenanceConfig, RouterConfig
 from router.exceptions import CompactionConflict, UnsupportedLocation
 from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
@@ -65,12 +66,14 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
     report.snapshots_before = len(table.metadata.snapshots)
     report.metadata_files_before = metadata_file_count(table)
     retain, age = config.retain_last_snapshots, config.max_snapshot_age_seconds
+    target = config.target_file_size_bytes
+    inline = merge_candidate_limit(target) if config.merge_small_files_at else 0
     if dry_run:
         report.expired_snapshots = len(snapshots_to_expire(table.metadata, retain, age))
-        report.planned_groups = plan_compaction(table, config.target_file_size_bytes)
+        report.planned_groups = plan_compaction(table, target, merged_inline_below=inline)
     else:
         report.expired_snapshots = expire(table, retain, age).expired
-        report.planned_groups = plan_compaction(table.refresh(), config.target_file_size_bytes)
+        report.planned_groups = plan_compaction(table.refresh(), target, merged_inline_below=inline)
         try:
             report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
         except CompactionConflict as exc:  # the table is unchanged; the next run plans afresh
