@@ -146,6 +146,20 @@ def test_the_source_planner_modules_load_light():
     assert not heavy_in(loaded), f"the source's planner processes would import {heavy_in(loaded)}"
 
 
+#: what the command line loads before a command runs (`--help`, usage and configuration errors, and
+#: `run` before it starts the JVM): pyiceberg's schema types only (router.table_writes)
+CLI_NEVER_LOADS = ("pyarrow", "numpy", "pandas", "polars", "fastavro", "sqlalchemy", "confluent_kafka", "pyspark",
+                   "packaging", "pyiceberg.io", "pyiceberg.catalog", "pyiceberg.table", "registry.client",
+                   "router.catalog", "router.driver", "router.planning", "router.maintenance", "router.deploy.pack")
+
+
+def test_the_command_line_and_the_configuration_load_light():
+    loaded = loaded_by(["router.cli", "router.config"])
+    assert "router.cli.commands" in loaded and "registry.config" in loaded
+    heavy = sorted(m for m in loaded if any(within(m, h) for h in CLI_NEVER_LOADS))
+    assert not heavy, f"`icerouter --help` would import {heavy}"
+
+
 def test_the_light_import_rule_can_fail():
     assert {"pyiceberg", "router.catalog"} <= set(heavy_in(loaded_by(["router.executor.tasks"])))
 

@@ -16,12 +16,11 @@ import traceback
 from typing import Callable, Sequence
 
 from router.config import load_config
-from router.deploy import pack
-from router.deploy.pack import COMPRESS_LEVEL, DEFAULT_OUTPUT
+from router.deploy.defaults import COMPRESS_LEVEL, DEFAULT_OUTPUT
 from router.exceptions import ConfigError, RouterError
-from router.maintenance import maintain_command
-from router.planning.check import check_command
-from router.planning.plan import plan_command
+
+# Each command imports what it runs when it runs: `--help`, a usage error or a bad configuration
+# answer at once, and `run` starts the JVM before the job's own imports (cmd_run).
 
 EXIT_OK, EXIT_BLOCKED, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 3
 DECIDING_COMMANDS = ("plan", "check")  # an unexpected error there is "could not decide", not "blocked"
@@ -116,6 +115,8 @@ def cmd_plan(args) -> int:
         raise ConfigError("plan: give --subject S (repeatable) or --schema-file F --table T")
     if args.schema_file and not args.table:
         raise ConfigError("plan: --schema-file needs --table")
+    from router.planning.plan import plan_command
+
     output, blocked, problems = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
                                              table=args.table, fmt=args.format, topic=args.topic)
     print(output)
@@ -126,6 +127,8 @@ def cmd_plan(args) -> int:
 
 def cmd_check(args) -> int:
     config = load_config(args.config)
+    from router.planning.check import check_command
+
     output, code, unreachable = check_command(config, args.schemas, fmt=args.format)
     print(output)
     for line in unreachable:
@@ -135,12 +138,16 @@ def cmd_check(args) -> int:
 
 def cmd_maintain(args) -> int:
     config = load_config(args.config)
+    from router.maintenance import maintain_command
+
     output = maintain_command(config, args.table, dry_run=args.dry_run)
     print(output)
     return EXIT_OK
 
 
 def cmd_pack(args) -> int:
+    from router.deploy.pack import pack
+
     result = pack(args.output, include_spark=args.include_pyspark, compress_level=args.compress_level,
                   progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.instructions())

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pyiceberg.catalog import load_catalog
-
 from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from router.masking import mask_secrets, mask_url
@@ -55,6 +53,8 @@ class CatalogConfig:
         if sql_impl and "py-catalog-impl" not in props and _is_sql(props):
             props.pop("type", None)
             props["py-catalog-impl"] = sql_impl
+        from pyiceberg.catalog import load_catalog  # deferred: reading a configuration needs no pyiceberg
+
         return load_catalog(self.name, **props)
 
 

@@ -1,6 +1,5 @@
-"""Deployment: `icerouter pack`, the job's Python environment as one archive for a Spark cluster."""
+"""Deployment: `icerouter pack`, the job's Python environment as one archive for a Spark cluster.
 
-from router.deploy.distributions import PackError
-from router.deploy.pack import EXECUTOR_PYTHON, PackResult, describe_nodes, pack
-
-__all__ = ["EXECUTOR_PYTHON", "PackError", "PackResult", "describe_nodes", "pack"]
+router.deploy.pack.pack builds it; router.deploy.distributions resolves what goes in. Nothing is
+imported here: the command line reads router.deploy.defaults without the packer's imports.
+"""

@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from router.deploy.defaults import COMPRESS_LEVEL, DEFAULT_OUTPUT
 from router.deploy.distributions import ROOT_DISTRIBUTION, Environment, PackError, resolve
 
 #: the name the archive is unpacked under on the executors (`--archives <file>#environment`)
 ENV_NAME = "environment"
 EXECUTOR_PYTHON = f"./{ENV_NAME}/bin/python"
-DEFAULT_OUTPUT = "icerouter-env.tar.gz"
 #: at the archive's root: what `spark-submit` runs as the driver (it wants a .py file)
 ENTRY_SCRIPT = "icerouter_main.py"
 ENTRY_SOURCE = '''"""spark-submit's entry to icerouter: spark-submit [options] environment/icerouter_main.py run --config FILE
@@ -62,8 +62,6 @@ from router.cli import main
 if __name__ == "__main__":
     sys.exit(main())
 '''
-#: gzip level (this environment, 771 MB: level 1 15.8 s -> 266 MB, 6 33 s -> 235 MB, 9 97.5 s -> 233 MB)
-COMPRESS_LEVEL = 6
 PROGRESS_EVERY_SECONDS = 5.0
 
 
