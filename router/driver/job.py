@@ -21,7 +21,7 @@ from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
 from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
 from router.driver.resume import plan_resume
-from router.driver.session import build_spark, in_background
+from router.driver.session import build_spark, in_background, warm_python_workers
 from router.driver.status import BatchStats
 from router.exceptions import ConfigError
 from router.executor.fused_reader import write_handoff
@@ -149,8 +149,10 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     if python_source:
         check_driver_python(spark)
     options = source_options(config)
-    resume = prepare_start(config, options) if resume is None else resume.result()
     fused = config.job.fused_read and python_source
+    if fused:  # the fused source's tasks are Python data source reads: their workers can be warmed
+        warm_python_workers(spark)
+    resume = prepare_start(config, options) if resume is None else resume.result()
     handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
         write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine

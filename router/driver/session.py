@@ -92,6 +92,25 @@ def look_up_python_sources(context) -> None:
         context._jvm.org.apache.spark.sql.execution.datasources.DataSourceManager().dataSourceExists("icerouter")
 
 
+def warm_python_workers(spark) -> threading.Thread:
+    """Python workers with the write path imported, one per task slot, started in a daemon thread
+    while the query starts (router/executor/warm_up.py). A failure only leaves the start as it was.
+    ICEROUTER_WARM_UP=0 turns it off."""
+
+    def work() -> None:
+        from router.executor.warm_up import NAME, SCHEMA, WarmUpSource
+
+        with contextlib.suppress(Exception):
+            spark.dataSource.register(WarmUpSource)
+            slots = spark.sparkContext.defaultParallelism
+            spark.read.format(NAME).schema(SCHEMA).option("slots", slots).load().collect()
+
+    thread = threading.Thread(target=work, name="icerouter-warm-up", daemon=True)
+    if os.environ.get("ICEROUTER_WARM_UP", "1") != "0":
+        thread.start()
+    return thread
+
+
 def jvm_running() -> bool:
     """True when this process is connected to a JVM already (its options are fixed)."""
     return SparkContext._gateway is not None

@@ -1,0 +1,65 @@
+"""The driver's Spark session helpers (router/driver/session.py) on real Spark in local mode."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from router.driver.session import warm_python_workers
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("icerouter-session-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.python.worker.reuse", "true").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+
+
+class Probe(DataSource):
+    """What a Python data source's task finds in its worker: its pid and whether the write path is imported."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "icerouter-test-probe"
+
+    def schema(self) -> str:
+        return "pid int, warm boolean"
+
+    def reader(self, schema) -> DataSourceReader:
+        return ProbeReader()
+
+
+class ProbeReader(DataSourceReader):
+    def partitions(self):
+        return [InputPartition(i) for i in range(2)]
+
+    def read(self, partition):
+        import os
+        import sys
+
+        yield (os.getpid(), "router.executor.tasks" in sys.modules)
+
+
+def test_the_warm_up_leaves_workers_whose_write_path_is_imported(spark):
+    warm = warm_python_workers(spark)
+    warm.join(180)
+    assert not warm.is_alive()
+    spark.dataSource.register(Probe)
+    rows = spark.read.format("icerouter-test-probe").load().collect()
+    assert len(rows) == 2 and all(r.warm for r in rows), rows
+
+
+def test_the_warm_up_can_be_turned_off(spark, monkeypatch):
+    monkeypatch.setenv("ICEROUTER_WARM_UP", "0")
+    thread = warm_python_workers(spark)
+    assert thread.ident is None  # never started
