@@ -330,3 +330,23 @@ def unique_name():
         return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session per test process (pyspark keeps one per process anyway), stopped at its end."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("icerouter-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -75,7 +75,7 @@ def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orph
         report.expired_snapshots = expire(table, retain, age).expired
         report.planned_groups = plan_compaction(table.refresh(), target, merged_inline_below=inline)
         try:
-            report.compaction = compact(table, report.planned_groups, config.target_file_size_bytes)
+            report.compaction = compact(table, report.planned_groups, target)
         except CompactionConflict as exc:  # the table is unchanged; the next run plans afresh
             report.notes.append(f"compaction skipped: {exc.message}")
         if report.compaction.files_added:

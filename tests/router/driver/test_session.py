@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from router.driver.session import warm_python_workers
 
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("icerouter-session-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.python.worker.reuse", "true").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
 
 
 class Probe(DataSource):

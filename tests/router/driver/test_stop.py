@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -10,20 +9,7 @@ import pytest
 
 from router.driver.job import stop_between_batches
 
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
 BATCH_SECONDS = 20.0  # a task's sleep: only a cancelled job ends sooner
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("icerouter-stop-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
 
 
 def _slow_task(rows):
