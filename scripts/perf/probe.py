@@ -96,7 +96,8 @@ class MemorySampler:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def sample(self) -> None:
+    def sample(self) -> dict:
+        """Update the peaks; returns this sample's RSS in MB (driver, JVM, workers together)."""
         me = os.getpid()
         kids = children()
         remote = set(_descendants(kids, self.executor_roots))
@@ -120,6 +121,20 @@ class MemorySampler:
         self.peak["all_mb"] = max(self.peak["all_mb"], all_now + workers_now)
         if self.executor_roots:
             self.peak["executors_jvm_mb"] = max(self.peak["executors_jvm_mb"], executors_now)
+        driver = _status_kb(me, "VmRSS") / 1024
+        return {"driver_mb": round(driver, 1), "jvm_mb": round(all_now - driver, 1), "workers_mb": round(workers_now, 1)}
+
+
+def driver_heap() -> dict:
+    """What the driver process holds, to tell a growing heap from a pyarrow spike: Arrow's pool, the
+    pool's own peak so far, and the count of Python objects the collector tracks."""
+    import gc
+
+    import pyarrow as pa
+
+    pool = pa.default_memory_pool()
+    return {"arrow_mb": round(pool.bytes_allocated() / 2**20, 1), "arrow_peak_mb": round(pool.max_memory() / 2**20, 1),
+            "python_objects": len(gc.get_objects())}
 
 
 ROLES = ("driver_python", "jvm", "workers", "broker", "registry", "producer", "other")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import statistics
 import time
 from pathlib import Path
@@ -116,10 +117,14 @@ def metadata_file_counts(warehouse: Path, namespace: str) -> list[int]:
 class FileSampler:
     """Every `interval` seconds: data files per table on disk and in the current snapshots."""
 
-    def __init__(self, root: Path, t0: float, interval: float = 60.0):
+    def __init__(self, root: Path, t0: float, interval: float = 60.0, memory=None, held=None):
         import threading
 
         self.root, self.t0, self.interval, self.rows = root, t0, interval, []
+        self.memory, self.held = memory, held  # a MemorySampler; a callable: what the bench itself keeps
+        # ICEROUTER_BENCH_TRACEMALLOC=1 (a diagnostic; it slows every allocation of the driver): per
+        # sample, the source lines whose Python allocations grew most since the first sample
+        self.trace, self._first = os.environ.get("ICEROUTER_BENCH_TRACEMALLOC") == "1", None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-files", daemon=True)
 
@@ -145,7 +150,27 @@ class FileSampler:
                           "snapshots_per_table_max": max(snapshots) if snapshots else None,
                           "metadata_files_per_table_max": max(metadata) if metadata else None,
                           "metadata_files_per_table_mean": round(statistics.mean(metadata), 2) if metadata else None})
+        if self.memory is not None:  # a timeline, to tell growth from a spike (the peaks alone cannot)
+            from scripts.perf.probe import driver_heap
+
+            self.rows[-1]["memory"] = {**self.memory.sample(), **driver_heap(), **(self.held() if self.held else {})}
+            if self.trace:
+                self.rows[-1]["memory"]["grown_since_first_sample"] = self._traced_growth()
         print(f"  files per table at {self.rows[-1]['t']:.0f} s: {self.rows[-1]}", flush=True)
+
+    def _traced_growth(self, top: int = 12) -> list[str]:
+        import tracemalloc
+
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(4)
+        now = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        if self._first is None:
+            self._first = now
+            return []
+        stats = now.compare_to(self._first, "traceback")
+        return [f"{s.size_diff / 2**20:+.1f} MB {s.count_diff:+d} at "
+                + " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in reversed(list(s.traceback)))
+                for s in stats[:top]]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -215,7 +240,9 @@ def run_freshness(args, stack, root: Path) -> dict:
         from scripts.perf.pyspy import Profiler
 
         profiler = Profiler(Path(args.profile)).start()
-    files = FileSampler(root, t_produce).start()
+    files = FileSampler(root, t_produce, memory=memory,
+                        held=lambda: {"recorded_batches": len(dispatcher.batches),
+                                      "recorded_commits": len(dispatcher.commits)}).start()
     cpu = CpuSampler()
     cpu_before = cpu.sample()
     producer.start()
@@ -254,13 +281,18 @@ def run_freshness(args, stack, root: Path) -> dict:
                            "max": round(float(everything.max()), 3) if everything.size else None}
     timeline = []
     for b in dispatcher.batches:
-        mine = [c.seconds * 1000 for c in dispatcher.commits if c.batch_id == b.batch_id and c.status == "committed"]
+        done = [c for c in dispatcher.commits if c.batch_id == b.batch_id and c.status == "committed"]
+        mine = [c.seconds * 1000 for c in done]
+        cpu = [c.process_cpu_seconds * 1000 for c in done]  # wall minus this: waits (cores, locks, disk)
         lat = per_batch.get(b.batch_id, np.array([]))
         timeline.append({"batch": b.batch_id, "t": round(b.ended - t_produce, 1), "records": b.stats.records,
                          "tables": b.stats.tables_committed, "commit_s": round(b.stats.commit_seconds, 3),
                          "table_p50_ms": round(statistics.median(mine), 1) if mine else 0.0,
                          "table_mean_ms": round(statistics.mean(mine), 1) if mine else 0.0,
                          "table_max_ms": round(max(mine), 1) if mine else 0.0,
+                         "table_cpu_p50_ms": round(statistics.median(cpu), 1) if cpu else 0.0,
+                         "table_cpu_mean_ms": round(statistics.mean(cpu), 1) if cpu else 0.0,
+                         "retried": sum(c.attempts > 1 for c in done),
                          "p95_s": round(float(np.percentile(lat, 95)), 2) if lat.size else 0.0})
     result["timeline"] = timeline
     result["commit_drift"] = commit_drift(timeline[1:])  # batch 0 created the tables
