@@ -2,7 +2,7 @@
 
 Planning is pure (live files in, groups out) so a dry run shows exactly what an
 apply would do. Applying streams each group through a rolling writer (memory is
-bounded by a read window and a row group, whatever the group's size), then
+bounded by a batch read and a row group, whatever the group's size), then
 commits ONE `replace` snapshot per table (old files out, new files in, same
 rows) and re-validates against concurrent writers: an append landing meanwhile
 is kept, a replaced file that is no longer live aborts the compaction and
@@ -23,16 +23,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.io.pyarrow import (  # pinned pyiceberg 0.12: its scan's per-file rules
+    _combine_positional_deletes, _get_column_projection_values, _read_all_delete_files, _to_requested_schema,
+    pyarrow_to_schema,
+)
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
+from pyiceberg.schema import prune_columns
 from pyiceberg.table import FileScanTask, TableProperties
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _ManifestMergeManager
 from pyiceberg.table.update.validate import _validate_data_files_exist, _validate_no_new_deletes_for_data_files
+from pyiceberg.types import ListType, MapType
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog import backoff, delete_quietly
@@ -51,9 +57,9 @@ SMALL_FILE_RATIO = 0.75  # files at >= 75% of the target are left alone
 # (Iceberg's RewriteDataFiles `delete-ratio-threshold` default): reads stop paying for dead rows
 DELETE_RATIO = 0.3
 COMMIT_ATTEMPTS = 4
+READ_BATCH_ROWS = 16_384  # rows of an input file decoded at a time (a few MiB of Arrow for event rows)
 COMPACTION_SUMMARY = {"icerouter.maintenance": "compaction"}
 LOCAL_SCHEMES = ("", "file")
-READ_WINDOW_BYTES = 32 * 1024 * 1024  # on-disk bytes of input files read at a time
 
 
 # ----------------------------------------------------------------------------- plan (pure)
@@ -215,35 +221,54 @@ class CompactionResult:
     removed_delete_files: list[str] = field(default_factory=list)  # position-delete files dropped
 
 
-def _read_windows(tasks: Sequence[FileScanTask], window_bytes: int) -> Iterable[list[FileScanTask]]:
-    """Consecutive files of at most ``window_bytes`` on disk (at least one file each)."""
-    window, size = [], 0
+def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBatch]:
+    """The tasks' rows a batch at a time, one file after the other, projected to the current schema
+    with their position deletes applied: pyiceberg's scan rules (projection by field id, name
+    mapping, identity-partition values of columns a file lacks, the positions to skip), another reader.
+
+    ``ArrowScan`` reads every file of a call whole in a thread pool before the first batch, and its
+    per-file scanner reads ahead of a slower consumer: compacting the fan-in table's 97 MiB files
+    (5.2 million rows, ~3 GB in Arrow), a driver held 2.6 GB of Arrow. ``iter_batches`` holds
+    one row group's pages and a batch of it (benchmarks/compaction_memory.json).
+    """
+    metadata, schema = table.metadata, table.schema()
+    downcast = metadata.format_version <= 2  # as a scan: v3 keeps nanosecond timestamps
+    deletes = _read_all_delete_files(table.io, tasks)
+    wanted = {i for i in schema.field_ids if not isinstance(schema.find_type(i), (MapType, ListType))}  # as ArrowScan
     for task in tasks:
-        if window and size + task.file.file_size_in_bytes > window_bytes:
-            yield window
-            window, size = [], 0
-        window.append(task)
-        size += task.file.file_size_in_bytes
-    if window:
-        yield window
+        with table.io.new_input(task.file.file_path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
+                                            downcast_ns_timestamp_to_us=downcast, format_version=metadata.format_version)
+            missing = _get_column_projection_values(task.file, schema, schema, metadata.specs().get(task.file.spec_id),
+                                                    file_schema.field_ids)
+            projected = prune_columns(file_schema, wanted, select_full_types=False)
+            positions = deletes.get(task.file.file_path)
+            start = 0
+            for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, use_threads=False,
+                                              columns=[c.name for c in projected.columns]):
+                end = start + batch.num_rows
+                if positions:
+                    batch = batch.take(_combine_positional_deletes(positions, start, end))
+                start = end
+                if batch.num_rows:
+                    yield _to_requested_schema(schema, projected, batch, downcast_ns_timestamp_to_us=downcast,
+                                               projected_missing_fields=missing, allow_timestamp_tz_mismatch=True)
 
 
-def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buffer_bytes: int,
-                 window_bytes: int) -> RollingWriter:
+def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buffer_bytes: int) -> RollingWriter:
     """Stream a group, projected to the current schema and its position deletes applied, into
     target-size file(s).
 
-    Reads a window of files at a time and writes row groups as they fill, so
-    memory is bounded by the window and the buffer, not by the group's size.
+    Memory holds a batch of the file being read and a row group being written, whatever the
+    group's size; the pool's freed pages go back to the system afterwards.
     """
-    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     writer = RollingWriter(table, target_file_size_bytes, buffer_bytes=buffer_bytes)
     deletes = group.deletes or ((),) * len(group.files)
     tasks = [FileScanTask(f, delete_files=set(d)) for f, d in zip(group.files, deletes)]
     try:
-        for window in _read_windows(tasks, window_bytes):
-            for batch in scan.to_record_batches(window):
-                writer.write(batch)
+        for batch in _stream_files(table, tasks):
+            writer.write(batch)
         writer.close()
     except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
         delete_quietly(table.io, writer.abort())
@@ -251,6 +276,8 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buf
     except BaseException:
         delete_quietly(table.io, writer.abort())
         raise
+    finally:
+        pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages otherwise
     if writer.rows != group.output_rows:
         delete_quietly(table.io, writer.paths)
         raise MaintenanceError("rows read differ from the manifests and deletes", table=_name(table),
@@ -259,11 +286,10 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buf
 
 
 def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: int | None = None,
-            attempts: int = COMMIT_ATTEMPTS, buffer_bytes: int = ROW_GROUP_BUFFER_BYTES,
-            window_bytes: int = READ_WINDOW_BYTES) -> CompactionResult:
+            attempts: int = COMMIT_ATTEMPTS, buffer_bytes: int = ROW_GROUP_BUFFER_BYTES) -> CompactionResult:
     """Rewrite the groups and commit them as one atomic replace snapshot (refresh + retry on conflicts).
 
-    ``buffer_bytes`` (in memory) and ``window_bytes`` (input files on disk) bound the memory a rewrite takes.
+    ``buffer_bytes`` (the row group held in memory) bounds the memory a rewrite takes, with one batch read.
     """
     started = time.perf_counter()
     result = CompactionResult(groups=len(groups))
@@ -277,7 +303,7 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
     expected = sum(g.output_rows for g in groups)
     try:
         for group in groups:
-            new += _write_group(table, group, target, buffer_bytes, window_bytes).files
+            new += _write_group(table, group, target, buffer_bytes).files
         if sum(f.record_count for f in new) != expected:
             raise MaintenanceError("rewritten files do not hold the rows left after deletes", table=_name(table))
     except BaseException:
