@@ -80,6 +80,34 @@ def commit_drift(rows: list[dict]) -> dict | None:
     return out
 
 
+def commit_tail(commits, top: int = 25) -> dict:
+    """Where the per-table commit time beyond the typical commit goes: the share of commit seconds
+    taken by commits that merged small files, that expired snapshots, and by the fan-in table; the
+    slowest commits with what each did."""
+    done = [c for c in commits if c.status == "committed" and c.batch_id > 0]
+    if not done:
+        return {}
+    total = sum(c.seconds for c in done)
+    typical = statistics.median(c.seconds for c in done)
+
+    def share(rows) -> dict:
+        rows = list(rows)
+        return {"commits": len(rows), "seconds_share": round(sum(c.seconds for c in rows) / total, 3),
+                "mean_ms": round(statistics.mean(c.seconds for c in rows) * 1000, 1) if rows else 0.0,
+                "cpu_mean_ms": round(statistics.mean(c.process_cpu_seconds for c in rows) * 1000, 1) if rows else 0.0}
+
+    return {"commits": len(done), "seconds": round(total, 1), "median_ms": round(typical * 1000, 2),
+            "merging": share(c for c in done if c.merged), "expiring": share(c for c in done if c.expired),
+            "fan_in": share(c for c in done if c.table.endswith(FAN_IN_TABLE.split(".")[-1])),
+            "retried": share(c for c in done if c.attempts > 1),
+            "plain": share(c for c in done if not c.merged and not c.expired and c.attempts == 1
+                           and not c.table.endswith(FAN_IN_TABLE.split(".")[-1])),
+            "slowest": [{"batch": c.batch_id, "table": c.table, "ms": round(c.seconds * 1000, 1),
+                         "cpu_ms": round(c.process_cpu_seconds * 1000, 1), "merged": c.merged,
+                         "expired": c.expired, "expired_files": c.expired_files, "attempts": c.attempts}
+                        for c in sorted(done, key=lambda c: -c.seconds)[:top]]}
+
+
 def live_files(db: Path, namespace: str) -> dict[str, tuple[int, int]]:
     """(data files of the current snapshot: what a reader opens, snapshots kept) of each table, read
     from the catalog's metadata pointers and the metadata JSON directly (no pyiceberg in the sampling
@@ -295,6 +323,7 @@ def run_freshness(args, stack, root: Path) -> dict:
                          "retried": sum(c.attempts > 1 for c in done),
                          "p95_s": round(float(np.percentile(lat, 95)), 2) if lat.size else 0.0})
     result["timeline"] = timeline
+    result["commit_tail"] = commit_tail(dispatcher.commits)
     result["commit_drift"] = commit_drift(timeline[1:])  # batch 0 created the tables
     result["batches"] = batch_rows(dispatcher.batches, cores)
     result["files"] = data_file_stats(root / "warehouse", NAMESPACE)
