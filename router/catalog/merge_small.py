@@ -308,8 +308,8 @@ def _write_merged(table, files) -> list[DataFile]:
                         continue
                     projected = _to_requested_schema(schema, file_schema, batch, downcast_ns_timestamp_to_us=True)
                     # a projection that changes no name, type, order or column (the same writer schema as the
-                    # table's) is skipped for the file's other batches and files: 0.7 ms a small file, a
-                    # quarter of a merge's CPU (16 files of 100 rows, 16 columns)
+                    # table's) is skipped for the file's other batches and files: ~0.5 ms a small file (a merge
+                    # of 16 files of 100 rows, 16 columns: 44 -> 37 ms, benchmarks/task_merge_projection.json)
                     unchanged[arrow] = projected.schema.equals(batch.schema)
                     writer.write(projected)
         written = writer.close()
