@@ -28,11 +28,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import (  # pinned pyiceberg 0.12: its scan's per-file rules
-    _combine_positional_deletes, _get_column_projection_values, _read_all_delete_files, _to_requested_schema,
+    ArrowScan, _combine_positional_deletes, _get_column_projection_values, _read_all_delete_files, _to_requested_schema,
     pyarrow_to_schema,
 )
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestFile
+from pyiceberg.manifest import DataFile, FileFormat, ManifestContent, ManifestFile
 from pyiceberg.schema import prune_columns
 from pyiceberg.table import FileScanTask, TableProperties
 from pyiceberg.table.snapshots import Operation, Summary
@@ -236,6 +237,10 @@ def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBat
     deletes = _read_all_delete_files(table.io, tasks)
     wanted = {i for i in schema.field_ids if not isinstance(schema.find_type(i), (MapType, ListType))}  # as ArrowScan
     for task in tasks:
+        if task.file.file_format != FileFormat.PARQUET:  # ORC from other writers: pyiceberg reads it, a file at a time
+            yield from ArrowScan(metadata, table.io, schema, AlwaysTrue())._record_batches_from_scan_tasks_and_deletes(
+                [task], deletes)
+            continue
         with table.io.new_input(task.file.file_path).open() as stream:
             parquet = pq.ParquetFile(stream)
             file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),

@@ -118,3 +118,42 @@ def test_a_big_file_is_streamed_a_batch_at_a_time_not_read_whole(tmp_path):
     assert table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist() == list(range(2 * per_file))
     duck = read_iceberg_rows(table, order_by="id")
     assert len(duck) == 2 * per_file and duck[-1]["blob"] == pool[(2 * per_file - 1) % 64]
+
+
+def test_an_orc_data_file_from_another_writer_is_compacted_with_the_parquet_ones(tmp_path):
+    """Compaction reads Parquet itself and leaves other formats to pyiceberg's reader: an ORC file
+    (no field ids, read through the table's name mapping) and two Parquet appends end as one file."""
+    import pyarrow.orc as orc
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+    from pyiceberg.typedef import Record
+
+    uri, warehouse = f"sqlite:///{tmp_path / 'catalog.db'}", f"file://{tmp_path / 'warehouse'}"
+    catalog = SqlCatalog("t", uri=uri, warehouse=warehouse)
+    catalog.create_namespace("mem")
+    table = catalog.create_table("mem.mixed", schema=_rows(0).schema)
+    with table.transaction() as tx:
+        tx.set_properties({"schema.name-mapping.default": create_mapping_from_schema(table.schema()).model_dump_json()})
+    table.append(_rows(0))
+    orc_path = tmp_path / "from-another-writer.orc"
+    orc.write_table(_rows(ROWS_PER_FILE), str(orc_path))
+    orc_file = DataFile.from_args(content=DataFileContent.DATA, file_path=f"file://{orc_path}", file_format=FileFormat.ORC,
+                                  partition=Record(), record_count=ROWS_PER_FILE,
+                                  file_size_in_bytes=orc_path.stat().st_size)
+    orc_file.spec_id = table.spec().spec_id
+    with table.transaction() as tx:
+        with tx.update_snapshot().fast_append() as append:
+            append.append_data_file(orc_file)
+    table.append(_rows(2 * ROWS_PER_FILE))
+    table = catalog.load_table("mem.mixed")
+    groups = plan_compaction(table, 1 << 30)
+    assert len(groups) == 1 and {f.file_format for f in groups[0].files} == {FileFormat.ORC, FileFormat.PARQUET}
+
+    assert compact(table, groups, 1 << 30).rows == 3 * ROWS_PER_FILE
+
+    table = catalog.load_table("mem.mixed")
+    files = [t.file for t in table.scan().plan_files()]
+    assert len(files) == 1 and files[0].file_format == FileFormat.PARQUET
+    ids = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+    assert sorted(ids) == list(range(3 * ROWS_PER_FILE))
+    assert [r["id"] for r in read_iceberg_rows(table, order_by="id")] == list(range(3 * ROWS_PER_FILE))
