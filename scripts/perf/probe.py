@@ -285,7 +285,6 @@ class CommitRecord:
     attempts: int = 1  # more than one: the commit lost a swap to another committer (or failed) and went again
     expired_files: int = 0  # files only the snapshots it expired referenced, deleted after it (catalog/reachable.py)
     merged: int = 0  # small data files the commit merged into one (catalog/merge_small.py)
-    files: int = 0  # data files the batch brought
 
 
 @dataclass
@@ -324,7 +323,7 @@ class RecordingDispatcher(Dispatcher):
         done = time.time()
         self.commits += [CommitRecord(batch_id, o.table, o.status, o.seconds, o.committed_at or done, o.expired,
                                       o.where, o.cpu_seconds, o.process_cpu_seconds, o.attempts, o.expired_files,
-                                      o.merged, o.files)
+                                      o.merged)
                          for o in self.last_outcomes]
         self.batches.append(BatchRecord(batch_id, started, time.time(), self.history[-1], self._offsets))
 

@@ -22,18 +22,15 @@ and its rise, the RSS after it, wall and CPU seconds. Medians per reader; ratios
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from scripts.perf.components.merge_memory import _fill, _run_child
 from scripts.perf.report import emit
 
-REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "cmem"
+JOB = "bench-compaction-memory"
 MODES = ("windows", "stream")
 MiB = 1 << 20
 
@@ -45,7 +42,6 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask
 
 from router.catalog import load_table
-from router.catalog.tables import delete_quietly
 from router.catalog.datafiles import RollingWriter
 from router.config import CatalogConfig
 from router.maintenance import compaction
@@ -112,12 +108,7 @@ print(json.dumps({"mode": mode, "files_removed": result.files_removed, "files_ad
 
 
 def _child(uri: str, warehouse: str, table_id: str, mode: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", CHILD, uri, warehouse, table_id, mode],
-                         capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
-    if out.returncode != 0:
-        raise SystemExit(f"{mode} compaction failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _run_child(CHILD, [uri, warehouse, table_id, mode], f"{mode} compaction", timeout=900)
 
 
 def _pooled(file_index: int, rows: int):
@@ -134,39 +125,15 @@ def _pooled(file_index: int, rows: int):
     return data.set_column(0, "id", pa.array(np.arange(first, first + rows), pa.int64()))
 
 
-def _fill(config, table_id: str, datasets) -> int:
-    """`datasets` committed one file each, written as compaction writes its output (row groups of
-    ROW_GROUP_BUFFER_BYTES of Arrow: a file the next compaction reads back); bytes on disk."""
-    from router.catalog import create_table, load_table
-    from router.catalog.commit import commit_table
+def _rolling(table, data) -> list:
+    """One file written as compaction writes its output (row groups of ROW_GROUP_BUFFER_BYTES of Arrow):
+    what the next compaction reads back."""
     from router.catalog.datafiles import RollingWriter
-    from router.config import MaintenanceConfig
-    from router.descriptors import TableResult
 
-    create_table(config, table_id, _schema())
-    off = MaintenanceConfig(merge_small_files_at=0)
-    offset = 10 ** 9
-    for n, data in enumerate(datasets):
-        table = load_table(config, table_id, refresh=True)
-        writer = RollingWriter(table, 1 << 62)
-        for batch in data.to_batches(max_chunksize=65536):
-            writer.write(batch)
-        result = TableResult(table_id, data_files=writer.close(), rows=data.num_rows,
-                             offsets={"f/0": [offset + n * data.num_rows, offset + (n + 1) * data.num_rows - 1]})
-        outcome = commit_table(config, result, "bench-compaction-memory", n, maintenance=off)
-        if outcome.status != "committed":
-            raise SystemExit(f"{table_id}: {outcome.error}")
-    return sum(t.file.file_size_in_bytes for t in load_table(config, table_id, refresh=True).scan().plan_files())
-
-
-def _schema():
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType, TimestampType
-
-    return Schema(NestedField(1, "id", LongType()), NestedField(2, "ts", TimestampType()),
-                  NestedField(3, "key", StringType()), NestedField(4, "category", StringType()),
-                  NestedField(5, "payload", StringType()), NestedField(6, "amount", DoubleType()),
-                  NestedField(7, "qty", IntegerType()))
+    writer = RollingWriter(table, 1 << 62)
+    for batch in data.to_batches(max_chunksize=65536):
+        writer.write(batch)
+    return writer.close()
 
 
 def run(files: int, file_mib: int, reps: int) -> dict:
@@ -176,7 +143,7 @@ def run(files: int, file_mib: int, reps: int) -> dict:
     config = bench_catalog(root)
     props = config.properties
     probe_rows = 200_000
-    probe = _fill(config, f"{NAMESPACE}.probe", [_pooled(0, probe_rows)])
+    probe = _fill(config, f"{NAMESPACE}.probe", [_pooled(0, probe_rows)], write=_rolling, job=JOB)
     rows = max(1000, int(probe_rows * file_mib * MiB / probe))
     datasets = [_pooled(i, rows) for i in range(files)]
     in_memory = sum(d.nbytes for d in datasets)
@@ -185,7 +152,7 @@ def run(files: int, file_mib: int, reps: int) -> dict:
     on_disk = 0
     for n, mode in enumerate(order):
         table_id = f"{NAMESPACE}.t{n}"
-        on_disk = _fill(config, table_id, datasets)
+        on_disk = _fill(config, table_id, datasets, write=_rolling, job=JOB)
         got = _child(props["uri"], props["warehouse"], table_id, mode)
         if got["files_removed"] != files or got["rows"] != files * rows:
             raise SystemExit(f"{mode}: compacted {got['files_removed']} files, {got['rows']} rows: not the table")

@@ -171,8 +171,9 @@ def _data(file_index: int, rows: int):
     })
 
 
-def _fill(config, table_id: str, datasets) -> int:
-    """`datasets` committed one file each, merging off; bytes on disk of the table's files."""
+def _fill(config, table_id: str, datasets, write=None, job: str = JOB) -> int:
+    """`datasets` committed one file each, merging off; bytes on disk of the table's files.
+    `write(table, data)` gives the data files (default: `write_data_files`, as a task writes)."""
     from router.catalog import create_table, load_table
     from router.catalog.commit import commit_table
     from router.catalog.datafiles import write_data_files
@@ -186,25 +187,31 @@ def _fill(config, table_id: str, datasets) -> int:
                     NestedField(5, "payload", StringType()), NestedField(6, "amount", DoubleType()),
                     NestedField(7, "qty", IntegerType()))
     create_table(config, table_id, schema)
+    write = write or write_data_files
     off = MaintenanceConfig(merge_small_files_at=0)
     offset = 10 ** 9
     for n, data in enumerate(datasets):
         table = load_table(config, table_id, refresh=True)
-        result = TableResult(table_id, data_files=write_data_files(table, data), rows=data.num_rows,
+        result = TableResult(table_id, data_files=write(table, data), rows=data.num_rows,
                              offsets={"f/0": [offset + n * data.num_rows, offset + (n + 1) * data.num_rows - 1]})
-        outcome = commit_table(config, result, JOB, n, maintenance=off)
+        outcome = commit_table(config, result, job, n, maintenance=off)
         if outcome.status != "committed":
             raise SystemExit(f"{table_id}: {outcome.error}")
     return sum(t.file.file_size_in_bytes for t in load_table(config, table_id, refresh=True).scan().plan_files())
 
 
-def _child(uri: str, warehouse: str, table_id: str, mode: str, batch_file: Path) -> dict:
+def _run_child(code: str, args: list[str], what: str, timeout: float = 600) -> dict:
+    """Run `code` in a fresh Python process (so that its memory peaks are its own); its last line of output as JSON."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", CHILD, uri, warehouse, table_id, mode, str(batch_file)],
-                         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=timeout)
     if out.returncode != 0:
-        raise SystemExit(f"{mode} merge failed: {out.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"{what} failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child(uri: str, warehouse: str, table_id: str, mode: str, batch_file: Path) -> dict:
+    return _run_child(CHILD, [uri, warehouse, table_id, mode, str(batch_file)], f"{mode} merge")
 
 
 def _median(runs: list[dict], key: str) -> float:

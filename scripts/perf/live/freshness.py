@@ -98,10 +98,10 @@ def commit_tail(commits, top: int = 25) -> dict:
 
     return {"commits": len(done), "seconds": round(total, 1), "median_ms": round(typical * 1000, 2),
             "merging": share(c for c in done if c.merged), "expiring": share(c for c in done if c.expired),
-            "fan_in": share(c for c in done if c.table.endswith(FAN_IN_TABLE.split(".")[-1])),
+            "fan_in": share(c for c in done if c.table == FAN_IN_TABLE),
             "retried": share(c for c in done if c.attempts > 1),
             "plain": share(c for c in done if not c.merged and not c.expired and c.attempts == 1
-                           and not c.table.endswith(FAN_IN_TABLE.split(".")[-1])),
+                           and c.table != FAN_IN_TABLE),
             "slowest": [{"batch": c.batch_id, "table": c.table, "ms": round(c.seconds * 1000, 1),
                          "cpu_ms": round(c.process_cpu_seconds * 1000, 1), "merged": c.merged,
                          "expired": c.expired, "expired_files": c.expired_files, "attempts": c.attempts}
