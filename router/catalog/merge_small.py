@@ -60,6 +60,7 @@ from pyiceberg.table.snapshots import Operation
 from router.catalog.datafiles import RollingWriter
 from router.catalog.row_delta import FileChanges
 from router.catalog.tables import delete_quietly
+from router.config.model import TRANSIENT_FILE_CODECS
 
 log = logging.getLogger("icerouter.catalog")
 
@@ -347,6 +348,14 @@ def merge_threshold(identifier: str, at: int) -> int:
     """`at` lowered by up to half by a stable hash of the table name: tables created together and
     committed every batch would otherwise all reach it, and merge, in the same batch."""
     return at - zlib.crc32(identifier.encode()) % max(1, at // 2)
+
+
+def transient_codec(maintenance) -> str | None:
+    """The codec of an append's small files while they are merged inline (they are rewritten with the
+    table's codec within a few commits), or None: the table's."""
+    if maintenance is None or not getattr(maintenance, "merge_small_files_at", 0):
+        return None
+    return TRANSIENT_FILE_CODECS[maintenance.transient_file_codec]
 
 
 def merge_for(result, maintenance) -> SmallFileMerge | None:

@@ -20,8 +20,8 @@ from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.config.model import (
-    CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig,
-    TablesConfig,
+    TRANSIENT_FILE_CODECS, CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig,
+    RouteConfig, RouterConfig, TablesConfig,
 )
 from router.config.reader import Section, interpolate
 from router.exceptions import ConfigError
@@ -35,6 +35,7 @@ UNMATCHED_MODES = ("dlq", "drop")
 TOMBSTONE_MODES = ("ignore", "dlq")
 STARTING_OFFSETS = ("earliest", "latest")
 TABLE_MODES = ("append", "upsert")
+TRANSIENT_FILE_CODEC_NAMES = tuple(TRANSIENT_FILE_CODECS)
 CDC_FORMATS = ("debezium",)
 
 ROOT_KEYS = ("kafka", "registry", "catalog", "job", "tables", "routes", "evolution", "dlq", "maintenance",
@@ -298,7 +299,7 @@ def _maintenance(data: Any) -> MaintenanceConfig:
     s = Section(data, "maintenance", ("expire_every_commits", "retain_last_snapshots",
                                       "max_snapshot_age_seconds", "target_file_size_bytes",
                                       "orphan_min_age_seconds", "compact_interval_seconds",
-                                      "compact_after_files", "merge_small_files_at"))
+                                      "compact_after_files", "merge_small_files_at", "transient_file_codec"))
     d = MaintenanceConfig()
     merge_at = s.non_negative("merge_small_files_at", d.merge_small_files_at)
     if merge_at == 1:
@@ -307,4 +308,5 @@ def _maintenance(data: Any) -> MaintenanceConfig:
         "expire_every_commits", "retain_last_snapshots", "max_snapshot_age_seconds",
         "target_file_size_bytes", "orphan_min_age_seconds", "compact_interval_seconds")),
         compact_after_files=s.non_negative("compact_after_files", d.compact_after_files),
-        merge_small_files_at=merge_at)
+        merge_small_files_at=merge_at,
+        transient_file_codec=s.choice("transient_file_codec", d.transient_file_codec, TRANSIENT_FILE_CODEC_NAMES))

@@ -115,6 +115,10 @@ class DlqConfig:
     table: str | None = "ops.dead_letters"
     topic: str | None = None
 
+#: maintenance.transient_file_codec -> the pyarrow codec its files are written with (None: the table's)
+TRANSIENT_FILE_CODECS: dict[str, str | None] = {"uncompressed": "none", "lz4": "lz4", "snappy": "snappy",
+                                                "table": None}
+
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
@@ -129,6 +133,9 @@ class MaintenanceConfig:
     # an append's commit merges small files of the table into one once it holds this many data files
     # (router/catalog/merge_small.py; 0: never)
     merge_small_files_at: int = 0  # opt-in; the README gives 16 for a trigger of seconds, with its measurements
+    # while merging small files: the codec of an append's small files, which a merge rewrites with the
+    # table's codec ("table": the table's codec for them too)
+    transient_file_codec: str = "uncompressed"
 
 
 @dataclass(frozen=True)

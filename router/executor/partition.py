@@ -35,6 +35,7 @@ from router.changes.extract import decode_kafka_keys
 from router.exceptions import is_transient
 from router.executor.align import align_table
 from router.catalog.datafiles import write_data_files
+from router.catalog.merge_small import transient_codec
 from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
 from router.executor.pending import TOMBSTONES, Pending, cached_table_view, with_kafka_metadata
@@ -355,7 +356,7 @@ class PartitionWriter:
             if not parts:
                 return
             data = pa.concat_tables(parts)
-            files = write_data_files(decision.table, data)
+            files = write_data_files(decision.table, data, transient_codec(ctx.maintenance))
             self.timings["write"] += time.perf_counter() - t1
             rows = pa.concat_arrays(written_rows)
             result.data_files += files

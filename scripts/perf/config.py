@@ -49,6 +49,8 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
         maintenance["compact_after_files"] = args.compact_after_files
     if getattr(args, "merge_at", None) is not None:
         maintenance["merge_small_files_at"] = args.merge_at
+    if getattr(args, "transient_codec", None):
+        maintenance["transient_file_codec"] = args.transient_codec
     return parse_config({
         "kafka": {"bootstrap_servers": bootstrap, "pattern": pattern, "client": client,
                   "max_records_per_batch": args.batch_records, "catch_up": args.catch_up},

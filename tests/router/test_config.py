@@ -27,6 +27,8 @@ def test_defaults_are_sensible(tmp_path):
     assert config.job.checkpoint.startswith(str(tmp_path))
     assert config.tables.metadata_columns is True
     assert (config.kafka.max_records_per_batch, config.kafka.catch_up) == (500_000, "turns")
+    assert config.maintenance.merge_small_files_at == 0 and config.maintenance.transient_file_codec == "uncompressed"
+    assert parse_config(with_(maintenance={"transient_file_codec": "table"})).maintenance.transient_file_codec == "table"
     assert config.job.jvm_class_archive is False  # an archive the JVM loads as code: opted into
     assert parse_config(with_(job={"jvm_class_archive": True})).job.jvm_class_archive is True
     policy = config.evolution.resolve("a")
@@ -50,6 +52,8 @@ def test_defaults_are_sensible(tmp_path):
     (with_(job={"jvm_class_archive": "yes"}), "job.jvm_class_archive: expected bool"),
     (with_(maintenance={"expire_every_commits": "often"}), "maintenance.expire_every_commits: expected int"),
     (with_(maintenance={"compact_after_files": -1}), "maintenance.compact_after_files: must be >= 0"),
+    (with_(maintenance={"transient_file_codec": "zstd"}),
+     "maintenance.transient_file_codec: 'zstd' is not one of uncompressed, lz4, snappy, table"),
     (with_(extra=1), "config: unknown key 'extra'"),
     (with_(catalog={"properties": {"type": "rest", "warehouse": "s3://w"}}), "catalog.properties.uri: required"),
     (with_(catalog={"properties": {"type": "rest", "uri": "http://c", "s3.path-style-access": "yes"}}),

@@ -84,7 +84,8 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
 
 
 def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "runs",
-        row_sort_baseline: bool = False, profile_out: str | None = None, merge_at: int | None = None) -> dict:
+        row_sort_baseline: bool = False, profile_out: str | None = None, merge_at: int | None = None,
+        transient_codec: str | None = None) -> dict:
     from router.descriptors import STATS_ROW
     from router.devstack.registry_server import RegistryServer
     from router.driver.dispatcher import Dispatcher
@@ -100,7 +101,7 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
         pool = data.payload_pool()
         args = argparse.Namespace(fan_in=True, catch_up="turns", expire_every=0, max_snapshot_age=0,
                                   batch_records=records, trigger=1, commit_threads=0, commit_in="tasks",
-                                  merge_at=merge_at)
+                                  merge_at=merge_at, transient_codec=transient_codec)
         dispatcher = Dispatcher(job_config(args, root, "127.0.0.1:9", url, {}))
         rounds_out, profiler = [], None
         segment_rows = partition.ROWS_PER_SEGMENT
@@ -142,7 +143,8 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
               "steady_mean_s": round(statistics.mean(r["seconds"] for r in steady), 3),
               "steady_phase_mean_s": {k: round(statistics.mean(r[k] for r in steady), 3)
                                       for k in ("decode", "evolve", "write", "commit")},
-              "merge_small_files_at": merge_at}
+              "merge_small_files_at": merge_at,
+              "transient_file_codec": dispatcher.config.maintenance.transient_file_codec}
     baseline = [r for r in rounds_out[1:] if r["row_sort"]]
     if baseline:
         result["row_sort_median_s"] = round(statistics.median(r["seconds"] for r in baseline), 3)
@@ -172,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-out", help="with --profile: also save the last round's pstats to this file")
     ap.add_argument("--merge-at", help="maintenance.merge_small_files_at, or a comma list run in turn in this "
                                        "process (e.g. 0,16,0,16: without and with inline merging); default: the job's")
+    ap.add_argument("--transient-codec", help="with --merge-at: maintenance.transient_file_codec, or a comma list run "
+                                              "in turn for each --merge-at (e.g. table,uncompressed)")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     if not args.merge_at:
         return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
                         args.profile_out), args.json_file)
     runs = [run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
-                args.profile_out, int(at)) for at in args.merge_at.split(",")]
+                args.profile_out, int(at), codec or None) for at in args.merge_at.split(",")
+            for codec in (args.transient_codec or "").split(",")]
     return emit({"benchmark": "task_merge", "runs": runs}, args.json_file)
 

@@ -100,6 +100,8 @@ def parse_args(argv):
     ap.add_argument("--compact-after-files", type=int, help="maintenance.compact_after_files (job default)")
     ap.add_argument("--merge-at", type=int,
                     help="maintenance.merge_small_files_at: inline small-file merging (job default: off)")
+    ap.add_argument("--transient-codec", choices=("uncompressed", "lz4", "snappy", "table"),
+                    help="maintenance.transient_file_codec: the codec of small appends while merging (job default)")
     ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
     ap.add_argument("--metrics", action="store_true",
                     help="throughput: serve the job's Prometheus metrics, scrape them every second and report "

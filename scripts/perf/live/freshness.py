@@ -242,7 +242,8 @@ def run_freshness(args, stack, root: Path) -> dict:
     m = config.maintenance
     result["maintenance_config"] = {"merge_small_files_at": m.merge_small_files_at, "compact_after_files": m.compact_after_files,
                                     "expire_every_commits": m.expire_every_commits,
-                                    "retain_last_snapshots": m.retain_last_snapshots}
+                                    "retain_last_snapshots": m.retain_last_snapshots,
+                                    "transient_file_codec": m.transient_file_codec}
     spark = build_spark(config)
     memory = MemorySampler().start()
     recording = functools.partial(RecordingDispatcher, keep_offsets=True)

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
@@ -19,7 +20,7 @@ from router.catalog import create_table, load_table
 from router.catalog.batch_commit import commit_tables
 from router.catalog.commit import commit_table
 from router.catalog.datafiles import write_data_files
-from router.catalog.merge_small import SmallFileMerge
+from router.catalog.merge_small import SmallFileMerge, transient_codec
 from router.config import CatalogConfig, MaintenanceConfig
 from router.descriptors import TableResult
 from router.progress import stored_progress
@@ -37,14 +38,16 @@ def catalog_config(request, tmp_path, unique_name) -> CatalogConfig:
     return CatalogConfig(unique_name("c"), {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()})
 
 
-def result_for(config: CatalogConfig, table_id: str, key: str, first: int, count: int, **extra) -> TableResult:
-    """Files for rows first..first+count-1 of `key` ("topic/partition"), written but not committed."""
+def result_for(config: CatalogConfig, table_id: str, key: str, first: int, count: int, codec: str | None = None,
+               **extra) -> TableResult:
+    """Files for rows first..first+count-1 of `key` ("topic/partition"), written (`codec`: the transient
+    codec the job passes while merging) but not committed."""
     table = load_table(config, table_id, refresh=True)
     ids = pa.array(range(first, first + count), pa.int64())
     columns = {"id": ids, "body": pa.array([f"{key}:{i}" for i in ids.to_pylist()])}
     columns.update({name: pa.array([fn(i) for i in ids.to_pylist()]) for name, fn in extra.items()})
-    return TableResult(table_id, data_files=write_data_files(table, pa.table(columns)), rows=count,
-                       offsets={key: [first, first + count - 1]})
+    return TableResult(table_id, data_files=write_data_files(table, pa.table(columns), transient_codec=codec),
+                       rows=count, offsets={key: [first, first + count - 1]})
 
 
 def live_files(config: CatalogConfig, table_id: str) -> list:
@@ -83,6 +86,41 @@ def test_files_stay_bounded_and_rows_are_written_once(catalog_config, unique_nam
     merges = [s for s in table.metadata.snapshots if s.summary.operation.value == "overwrite"]
     assert merges and all(int(s.summary["deleted-data-files"]) >= 2 for s in merges)
     assert len(table.metadata.snapshots) == 40  # no commit of its own
+
+
+def test_uncompressed_appends_are_merged_into_a_file_of_the_tables_codec(catalog_config, unique_name):
+    """While merging, the job writes its small appends uncompressed (transient_codec): the merged file
+    has the table's codec (zstd), the rows are each batch's once."""
+    table_id = f"{unique_name('n')}.t"
+    create_table(catalog_config, table_id, SCHEMA)
+    codec = transient_codec(RULE)
+    assert codec == "none"
+    table = load_table(catalog_config, table_id)
+
+    def codecs(path: str) -> set[str]:
+        with table.io.new_input(path).open() as stream:
+            meta = pq.ParquetFile(stream).metadata
+        return {meta.row_group(g).column(c).compression for g in range(meta.num_row_groups)
+                for c in range(meta.num_columns)}
+
+    merged = 0
+    for batch in range(AT + 4):
+        result = result_for(catalog_config, table_id, "t/0", batch * 5, 5, codec)
+        assert [codecs(f.file_path) for f in result.data_files] == [{"UNCOMPRESSED"}]
+        merged += commit_table(catalog_config, result, JOB, batch, maintenance=RULE).merged
+    assert merged > 0
+    live = live_files(catalog_config, table_id)
+    merged_files = [t.file for t in live if t.file.record_count > 5]
+    assert merged_files and all(codecs(f.file_path) == {"ZSTD"} for f in merged_files)
+    check_rows(catalog_config, table_id, list(range((AT + 4) * 5)))
+
+
+def test_transient_codec_only_while_merging():
+    assert transient_codec(MaintenanceConfig(merge_small_files_at=16)) == "none"
+    assert transient_codec(MaintenanceConfig(merge_small_files_at=16, transient_file_codec="lz4")) == "lz4"
+    assert transient_codec(MaintenanceConfig(merge_small_files_at=16, transient_file_codec="table")) is None
+    assert transient_codec(MaintenanceConfig(merge_small_files_at=0)) is None
+    assert transient_codec(None) is None
 
 
 def test_off_leaves_every_file(catalog_config, unique_name):

@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -260,6 +261,23 @@ def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_prop
                   for s in catalog.load_table(name).metadata.snapshots
                   if s.summary.operation.value == "overwrite" and int(s.summary.get("deleted-data-files") or 0) >= 2]
         assert merged and all(s.summary.get("icerouter.batch-id") is not None for s in merged)
+        # the batches' small files are written uncompressed (maintenance.transient_file_codec): every file an
+        # append added; a merge's snapshot adds the batch's files and the merged file, which has the table's zstd
+        codecs: dict[str, set[str]] = {"append": set(), "overwrite": set()}
+        for name in ledger.expected:
+            if name.endswith("dead_letters"):
+                continue
+            table = catalog.load_table(name)
+            for snapshot in table.metadata.snapshots:
+                if snapshot.summary.operation.value not in codecs:  # background compaction: the table's codec
+                    continue
+                for entry in table.inspect.entries(snapshot_id=snapshot.snapshot_id).to_pylist():
+                    if entry["status"] == 1 and entry["snapshot_id"] == snapshot.snapshot_id:  # added here
+                        with table.io.new_input(entry["data_file"]["file_path"]).open() as stream:
+                            meta = pq.ParquetFile(stream).metadata
+                        codecs[snapshot.summary.operation.value].update(
+                            meta.row_group(0).column(c).compression for c in range(meta.num_columns))
+        assert codecs == {"append": {"UNCOMPRESSED"}, "overwrite": {"UNCOMPRESSED", "ZSTD"}}
 
 
 def _wait(predicate, timeout: float, proc: subprocess.Popen) -> None:
