@@ -115,6 +115,7 @@ class DlqConfig:
     table: str | None = "ops.dead_letters"
     topic: str | None = None
 
+
 #: maintenance.transient_file_codec -> the pyarrow codec its files are written with (None: the table's)
 TRANSIENT_FILE_CODECS: dict[str, str | None] = {"uncompressed": "none", "lz4": "lz4", "snappy": "snappy",
                                                 "table": None}
