@@ -48,3 +48,14 @@ def test_the_warm_up_can_be_turned_off(spark, monkeypatch):
     monkeypatch.setenv("ICEROUTER_WARM_UP", "0")
     thread = warm_python_workers(spark)
     assert thread.ident is None  # never started
+
+
+@pytest.mark.parametrize("checkpoint, local", [
+    ("/var/lib/icerouter/checkpoint", True), ("file:///var/lib/icerouter/checkpoint", True),
+    ("checkpoint", True), ("hdfs://nn/icerouter/checkpoint", False), ("s3a://bucket/icerouter/checkpoint", False),
+])
+def test_a_local_checkpoint_skips_the_checksummed_file_context(checkpoint, local):
+    """The live job's checkpoint files (tests/router/driver/test_job_e2e.py) show the settings take effect."""
+    from router.driver.session import LOCAL_CHECKPOINT_SETTINGS, checkpoint_settings
+
+    assert checkpoint_settings(checkpoint) == (LOCAL_CHECKPOINT_SETTINGS if local else {})
