@@ -228,8 +228,11 @@ def _new_path(plan: _Plan, write_uuid: uuid.UUID, index: int, partition_key: Par
     return plan.location_provider.new_data_location(data_file_name=name, partition_key=partition_key)
 
 
-def _parquet_writer(plan: _Plan, stream: Any, schema: pa.Schema) -> pq.ParquetWriter:
-    return pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **plan.writer_kwargs)
+def _parquet_writer(plan: _Plan, stream: Any, schema: pa.Schema, codec: str | None = None) -> pq.ParquetWriter:
+    """The table's writer settings; `codec` (a transient file's) replaces its codec and level."""
+    kwargs = plan.writer_kwargs if codec is None else {**plan.writer_kwargs, "compression": codec,
+                                                       "compression_level": None}
+    return pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **kwargs)
 
 
 def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_key: PartitionKey | None,
@@ -237,11 +240,7 @@ def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_ke
     output = io.new_output(path)
     stream = output.create(overwrite=True)
     try:
-        if codec is None:
-            writer = _parquet_writer(plan, stream, table.schema)
-        else:
-            writer = pq.ParquetWriter(stream, schema=table.schema, store_decimal_as_integer=True,
-                                      **{**plan.writer_kwargs, "compression": codec, "compression_level": None})
+        writer = _parquet_writer(plan, stream, table.schema, codec)
         writer.write_table(table, row_group_size=plan.row_group_size)
         writer.close()
         size = stream.tell()  # bytes written: saves the stat (an object-store HEAD) pyiceberg makes

@@ -37,6 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from router.config.model import TRANSIENT_FILE_CODECS
 from scripts.perf.live import freshness, protobuf, scaling, soak, start_scale, throughput, upsert
 from scripts.perf.report import render, write_json
 from scripts.perf.services import Stack
@@ -100,7 +101,7 @@ def parse_args(argv):
     ap.add_argument("--compact-after-files", type=int, help="maintenance.compact_after_files (job default)")
     ap.add_argument("--merge-at", type=int,
                     help="maintenance.merge_small_files_at: inline small-file merging (job default: off)")
-    ap.add_argument("--transient-codec", choices=("uncompressed", "lz4", "snappy", "table"),
+    ap.add_argument("--transient-codec", choices=tuple(TRANSIENT_FILE_CODECS),
                     help="maintenance.transient_file_codec: the codec of small appends while merging (job default)")
     ap.add_argument("--max-snapshot-age", type=int, help="maintenance.max_snapshot_age_seconds (job default)")
     ap.add_argument("--metrics", action="store_true",
