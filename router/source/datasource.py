@@ -131,7 +131,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planned:
             return {}
         positions, rewinds = split_rewinds(start)
-        return {k: v for k, v in open_rewinds(positions, self._resume.backfill).items() if k not in rewinds}
+        # a cursor the checkpoint holds already goes on, unless the tables now need more than it reads
+        # (rolled back again, or a cursor left at its position by a backfill that fit in one batch)
+        return {k: v for k, v in open_rewinds(positions, self._resume.backfill).items()
+                if v < rewinds.get(k, positions[k])}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start = normalize(start)

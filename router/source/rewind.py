@@ -12,8 +12,11 @@ document itself, under a key no topic can have (``#rewind:<topic>/<partition>``:
 '#' is not legal in a Kafka topic name). Each batch reads the cursor's next
 stretch, within the batch limit shared with the other partitions, and moves the
 cursor; the partition's own position waits until the cursor passes it, then the
-key leaves the document and the position moves on to where the read got. Every change of the document is a batch Spark runs, and
-the checkpoint keeps the cursor, so a restart goes on where the rewind was. The
+key leaves the document and the position moves on to where the read got. Every change of the
+document is a batch Spark runs, so a cursor that reaches its position in the batch that opens it
+(a backlog within one batch, the usual case) stays in the document at its position and closes in
+the next batch: without it the end would equal the start and no batch would run. The checkpoint
+keeps the cursor, so a restart goes on where the rewind was. The
 tables drop what they already hold (router/progress.py), so nothing is written
 twice; if the checkpoint is lost, the tables' offsets plan the start again
 (router/driver/resume.py).
@@ -58,7 +61,7 @@ def next_end(start: Mapping[str, int], latest: Mapping[str, int], max_records: i
     ``opened``: cursors to open now (the first batch after a start). A rewinding partition reads
     from its cursor up to its position, within ``max_records`` shared with the others."""
     positions, rewinds = split_rewinds(start)
-    rewinds = {**(opened or {}), **rewinds}
+    rewinds = {**rewinds, **(opened or {})}
     end = merge_end(positions, latest)
     lo = {**positions, **rewinds}
     if max_records:
@@ -70,7 +73,14 @@ def next_end(start: Mapping[str, int], latest: Mapping[str, int], max_records: i
     # passed it closes, and the position moves on to where the read got. A partition new to the
     # document (a topic found by pattern) that the limit left no room for joins in a later batch.
     cursors = {k: reached[k] for k in rewinds if reached[k] < positions[k]}
-    return join_rewinds({k: (positions[k] if k in cursors else v) for k, v in reached.items()}, cursors), turn
+    doc = join_rewinds({k: (positions[k] if k in cursors else v) for k, v in reached.items()}, cursors)
+    if doc == normalize(start):
+        # Cursors opened now that reach their position within this very batch (a backlog that fits
+        # in one batch) would leave the document as it was, and Spark runs no batch for an end equal
+        # to its start: they stay in it, at their position, and close in the next batch.
+        cursors = {k: positions[k] for k in (opened or {}) if reached[k] > (opened or {})[k]}
+        doc = join_rewinds({k: v for k, v in reached.items()}, cursors)
+    return doc, turn
 
 
 def batch_ranges(start: Mapping[str, int], end: Mapping[str, int],
@@ -80,7 +90,7 @@ def batch_ranges(start: Mapping[str, int], end: Mapping[str, int],
     the cursor closes: one contiguous range per partition."""
     s_pos, s_rew = split_rewinds(start)
     e_pos, e_rew = split_rewinds(end)
-    s_rew = {**(opened or {}), **s_rew}
+    s_rew = {**s_rew, **(opened or {})}
     begin = {k: s_rew.get(k, v) for k, v in s_pos.items()}
     until = {k: e_rew.get(k, v) for k, v in e_pos.items()}
     for key in until:

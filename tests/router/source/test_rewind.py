@@ -61,6 +61,34 @@ def test_a_partition_new_to_the_document_waits_when_the_limit_leaves_no_room():
     assert end == {"a/0": 0, "b/0": 10}  # an empty cursor closes; the new partition is read from 0
 
 
+@pytest.mark.parametrize("limit", [400, 100, None], ids=["backlog-under-limit", "backlog-equal-limit", "no-limit"])
+def test_a_backlog_that_fits_in_one_batch_runs_with_no_new_data(limit):
+    """The cursor reaches its position in its first batch: the end document must still differ from
+    the start (Spark runs no batch otherwise), and the cursor closes in the batch after."""
+    start, latest, opened = {"t/0": 100, "u/0": 7}, {"t/0": 100, "u/0": 7}, {"t/0": 0}
+    end, _ = next_end(start, latest, limit, "turns", None, opened)
+    assert end != start and end == {f"{REWIND_PREFIX}t/0": 100, "t/0": 100, "u/0": 7}
+    assert drain(start, latest, {"t/0": 0}, limit) == [[("t", 0, 0, 100)], []]
+    closed, _ = next_end(end, latest, limit, "turns", None)
+    assert closed == start  # back to the plain document: an idle source plans nothing more
+    assert next_end(closed, latest, limit, "turns", None)[0] == closed
+
+
+def test_new_data_beside_a_backlog_that_fits_moves_the_position_and_no_cursor_stays():
+    end, _ = next_end({"t/0": 100}, {"t/0": 120}, None, "turns", None, {"t/0": 40})
+    assert end == {"t/0": 120}
+    assert [r.as_tuple() for r in rewind_ranges({"t/0": 100}, end, {"t/0": 40})] == [("t", 0, 40, 120)]
+
+
+def test_a_cursor_left_at_its_position_is_reopened_when_the_tables_need_more():
+    """A restart between the backfill's batch and the batch that closes its cursor, with the table
+    rolled back again meanwhile: the new backfill is read, not hidden by the old cursor."""
+    start = {f"{REWIND_PREFIX}t/0": 100, "t/0": 100}
+    end, _ = next_end(start, {"t/0": 100}, 30, "even", None, {"t/0": 60})
+    assert [r.as_tuple() for r in rewind_ranges(start, end, {"t/0": 60})] == [("t", 0, 60, 90)]
+    assert drain(start, {"t/0": 100}, {"t/0": 60}, 30)[:2] == [[("t", 0, 60, 90)], [("t", 0, 90, 100)]]
+
+
 def test_cursor_keys_cannot_be_topics():
     end, _ = next_end({"t/0": 100}, {"t/0": 100}, 10, "even", None, {"t/0": 0})
     assert end == {f"{REWIND_PREFIX}t/0": 10, "t/0": 100}
@@ -68,16 +96,19 @@ def test_cursor_keys_cannot_be_topics():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("limit", [30, 80, 200, None],
+                         ids=["backlog-over-limit", "backlog-equal-limit", "backlog-under-limit", "default-limit"])
 def test_a_backfill_runs_on_a_quiet_topic_in_batches_of_the_limit(spark, kafka_bootstrap, kafka_client_config, uid,
-                                                                   tmp_path):
+                                                                   tmp_path, limit):
     """The checkpoint stands at the end of a topic that receives nothing more; a new table needs it
-    from offset 0: the query runs anyway, in batches of at most the limit, and a restart in the middle
-    goes on where the rewind was."""
+    from offset 0: the query runs anyway, in batches of at most the limit, whether the backlog (80
+    records) is larger than the limit, equal to it, smaller, or read under no limit at all; a restart
+    in the middle goes on where the rewind was."""
     topic = f"quiet-{uid}"
     create_topics(kafka_bootstrap, kafka_client_config, [topic], 2)
     produce(kafka_bootstrap, kafka_client_config, [topic], 2, 40)
     options = KafkaSourceOptions(kafka_bootstrap, topics=(topic,), client_config=kafka_client_config,
-                                 max_records_per_trigger=30)
+                                 max_records_per_trigger=limit)
     checkpoint = tmp_path / "ck"
     first = BatchLog()
     run_available_now(kafka_stream(spark, options, force_python=True), checkpoint, first)
@@ -86,8 +117,8 @@ def test_a_backfill_runs_on_a_quiet_topic_in_batches_of_the_limit(spark, kafka_b
     backfill = ResumePlan(resume={}, backfill={f"{topic}/0": 0, f"{topic}/1": 0}).to_json()
     again = BatchLog()
     run_available_now(kafka_stream(spark, options, force_python=True, resume_json=backfill), checkpoint, again)
-    sizes = [t.num_rows for t in again.tables.values()]
-    assert all(0 < n <= 30 for n in sizes) and len(sizes) == 3, sizes
+    sizes = [t.num_rows for t in again.tables.values() if t.num_rows]
+    assert all(0 < n <= (limit or 80) for n in sizes) and len(sizes) == -(-80 // (limit or 80)), sizes
     got = sorted((r["topic"], r["partition"], r["offset"]) for r in again.rows())
     assert got == expected_offsets([topic], 2, 0, 40)
     last = json.loads(checkpoint_offsets(checkpoint)[max(checkpoint_offsets(checkpoint))])
