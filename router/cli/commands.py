@@ -16,14 +16,16 @@ import traceback
 from typing import Callable, Sequence
 
 from router.config import load_config
+from router.cli.operations import add_operations
 from router.deploy.defaults import COMPRESS_LEVEL, DEFAULT_OUTPUT
 from router.exceptions import ConfigError, RouterError
+from router.version import version
 
 # Each command imports what it runs when it runs: `--help`, a usage error or a bad configuration
 # answer at once, and `run` starts the JVM before the job's own imports (cmd_run).
 
 EXIT_OK, EXIT_BLOCKED, EXIT_USAGE, EXIT_UNDECIDED = 0, 1, 2, 3
-DECIDING_COMMANDS = ("plan", "check")  # an unexpected error there is "could not decide", not "blocked"
+DECIDING_COMMANDS = ("plan", "check", "status")  # an unexpected error there is "could not decide", not "blocked"
 
 EXIT_CODES = """exit codes:
   0  ok: every schema compatible, no table change blocked
@@ -44,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="icerouter", description="Route Kafka topics into Apache Iceberg tables.",
                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"icerouter {version()}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run the streaming job")
@@ -95,11 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--s3", action="store_true",
                       help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
     demo.set_defaults(handler=cmd_demo)
+    add_operations(sub)  # status, dlq (router/cli/operations.py)
     return parser
 
 
 def cmd_run(args) -> int:
     config = load_config(args.config)
+    # the job's first log line: which version runs which job (before the JVM starts)
+    logging.getLogger("icerouter.job").info("icerouter %s: starting job %s (config %s)", version(),
+                                            config.job.name, args.config)
     # deferred: only `run` and `demo` need pyspark. The JVM starts first, in a thread, while the
     # rest of the job is imported and the catalog and broker are read (the start's longest part)
     from router.driver.session import start_spark

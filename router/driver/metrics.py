@@ -32,6 +32,7 @@ import prometheus_client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from router.source.offsets import split_key
+from router.version import build_info
 
 log = logging.getLogger("icerouter.metrics")
 
@@ -140,6 +141,10 @@ class JobMetrics:
                                  registry=r)
         self.info = Gauge("icerouter_job_info", "The job this process runs", ["job"], registry=r)
         self.info.labels(job=job).set(1)
+        info = build_info()
+        self.build = Gauge("icerouter_build_info", "The icerouter version this job runs, and its engines",
+                           sorted(info), registry=r)
+        self.build.labels(**info).set(1)
         if lag is not None:
             self.live.append(_PartitionLag(lag))
 
