@@ -58,6 +58,27 @@ def lease_property(job: str) -> str:
     return f"icerouter.lease.{job}"
 
 
+def lease_table(config) -> str:
+    """Where a job's lease is kept (`config`: a RouterConfig): beside its dead-letter table, else in
+    the default namespace."""
+    namespace = config.dlq.table.rsplit(".", 1)[0] if config.dlq.table else config.tables.default_namespace
+    return f"{namespace}.{LEASE_TABLE}"
+
+
+def read_lease(catalog: CatalogConfig, table: str, job: str) -> dict | None:
+    """The lease document of `job` as the catalog has it now (None: no lease table, or not held);
+    read only, for `icerouter status`."""
+    try:
+        raw = get_catalog(catalog).load_table(table).properties.get(lease_property(job))
+    except NoSuchTableError:
+        return None
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 @dataclass
 class Lease:
     """This process's claim on `job` in `catalog` (router/driver/job.py takes it before Spark starts)."""

@@ -45,6 +45,7 @@ class SnapshotView:
     snapshot_id: int
     parent_snapshot_id: int | None
     summary: SummaryView | None
+    timestamp_ms: int | None = None  # when the snapshot was committed (`icerouter status`)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def parse_view(identifier: str, location: str, raw: dict) -> TableView:
         summary = s.get("summary")
         snapshots.append(SnapshotView(s["snapshot-id"], s.get("parent-snapshot-id"),
                                       None if summary is None else SummaryView(
-                                          {k: v for k, v in summary.items() if k != "operation"})))
+                                          {k: v for k, v in summary.items() if k != "operation"}),
+                                      s.get("timestamp-ms")))
     schema_id = raw.get("current-schema-id")
     if schema_id is None or "schemas" not in raw:  # format v1 may keep its one schema alone
         schema = raw.get("schema")

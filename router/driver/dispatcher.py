@@ -235,4 +235,5 @@ class Dispatcher:
         for listener in self.listeners:
             listener(stats)
         if self.config.job.status_file:
-            write_status(self.config.job.status_file, self.config.job.name, self.totals, stats, self.table_rows)
+            write_status(self.config.job.status_file, self.config.job.name, self.totals, stats, self.table_rows,
+                         list(self.quarantined))

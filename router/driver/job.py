@@ -19,7 +19,7 @@ from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
-from router.catalog.lease import LEASE_TABLE, JobAlreadyRunning, Lease
+from router.catalog.lease import JobAlreadyRunning, Lease, lease_table
 from router.driver.resume import plan_resume
 from router.driver.session import build_spark, in_background, warm_python_workers
 from router.driver.status import BatchStats
@@ -28,6 +28,7 @@ from router.executor.fused_reader import write_handoff
 from router.routing import RoutingTable
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
+from router.source.options import source_options
 from router.table_writes import mode_conflict
 
 log = logging.getLogger("icerouter.job")
@@ -43,19 +44,6 @@ def check_driver_python(spark) -> None:
                           f"{os.getcwd()}: the driver runs the Kafka source's planning in that Python too "
                           "(with an archive from `icerouter pack`: mkdir -p environment && tar -xzf "
                           "<archive> -C environment)")
-
-
-def source_options(config: RouterConfig) -> KafkaSourceOptions:
-    kafka = config.kafka
-    return KafkaSourceOptions(
-        bootstrap=kafka.bootstrap_servers,
-        topics=tuple(kafka.topics),
-        pattern=kafka.pattern,
-        client_config={k: str(v) for k, v in kafka.client.items()},
-        starting_offsets=kafka.starting_offsets,
-        max_records_per_trigger=kafka.max_records_per_batch,
-        catch_up=kafka.catch_up,
-    )
 
 
 def handoff_path(job: str, checkpoint: str = "") -> str:
@@ -223,8 +211,7 @@ def job_lease(config: RouterConfig) -> Lease | None:
     """The job's lease (router/catalog/lease.py), kept beside the dead-letter table; None when off."""
     if not config.job.lease_seconds:
         return None
-    namespace = config.dlq.table.rsplit(".", 1)[0] if config.dlq.table else config.tables.default_namespace
-    return Lease(config.catalog, f"{namespace}.{LEASE_TABLE}", config.job.name, config.job.lease_seconds)
+    return Lease(config.catalog, lease_table(config), config.job.name, config.job.lease_seconds)
 
 
 def run(config: RouterConfig, available_now: bool = False, spark: Future | None = None) -> Dispatcher:

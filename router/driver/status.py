@@ -58,8 +58,9 @@ def partition_lag(spark, query_name: str) -> dict[str, int] | None:
         return None
 
 
-def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict) -> None:
-    """A small JSON status file for dashboards and the demo (atomic replace)."""
+def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict,
+                 quarantined: list | tuple = ()) -> None:
+    """A small JSON status file for dashboards, the demo and `icerouter status` (atomic replace)."""
     body = {"job": job, "updated": time.time(), "totals": totals,
-            "last_batch": dataclasses.asdict(stats), "tables": table_rows}
+            "last_batch": dataclasses.asdict(stats), "tables": table_rows, "quarantined": sorted(quarantined)}
     write_json_atomic(path, body, indent=1, default=str)

@@ -150,3 +150,18 @@ class KafkaSourceOptions:
         )
 
     __str__ = __repr__
+
+
+def source_options(config) -> KafkaSourceOptions:
+    """The source's options from a loaded configuration (`router.config.RouterConfig`): the job's
+    stream and the commands that ask the broker without Spark (`status`, `dlq`) read the same."""
+    kafka = config.kafka
+    return KafkaSourceOptions(
+        bootstrap=kafka.bootstrap_servers,
+        topics=tuple(kafka.topics),
+        pattern=kafka.pattern,
+        client_config={k: str(v) for k, v in kafka.client.items()},
+        starting_offsets=kafka.starting_offsets,
+        max_records_per_trigger=kafka.max_records_per_batch,
+        catch_up=kafka.catch_up,
+    )

@@ -1,0 +1,178 @@
+"""`icerouter status` against a real broker and real SQLite / PostgreSQL catalogs, no Spark.
+
+The tables are committed through the job's own commit (router/catalog/commit.py) with known
+offsets, the dead-letter table with letters built as the tasks build them, the lease taken as
+the job takes it; the command (a subprocess, as an operator runs it) must report each of them
+and exit by the thresholds given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from router.catalog import create_table, load_table
+from router.catalog.commit import commit_table
+from router.catalog.datafiles import write_data_files
+from router.catalog.dead_letter_table import ensure_dead_letter_table
+from router.catalog.lease import Lease, lease_table
+from router.config import load_config
+from router.descriptors import TableResult
+from router.executor.dead_letters import DeadLetter, dead_letter_batch
+from router.operations.status import breaches, job_state
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "body", StringType(), required=False))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_props(request, tmp_path) -> dict:
+    uri = f"sqlite:///{tmp_path / 'c.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_uri")
+    return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()}
+
+
+def write_config(tmp_path, prefix: str, bootstrap: str, props: dict, **job) -> str:
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump({
+        "kafka": {"bootstrap_servers": bootstrap, "topics": [f"{prefix}.orders"]},
+        "registry": {"url": "http://127.0.0.1:9"},
+        "catalog": {"name": prefix, "properties": props},
+        "job": {"name": f"job_{prefix}", "checkpoint": str(tmp_path / "checkpoint"), **job},
+        "tables": {"allowed_namespaces": [f"{prefix}_raw", f"{prefix}_ops"]},
+        "routes": [{"name": "all", "topic": rf"{prefix}\.orders", "table": f"{prefix}_raw.orders"},
+                   {"name": "copy", "topic": rf"{prefix}\.orders", "table": f"{prefix}_raw.copy"}],
+        "dlq": {"table": f"{prefix}_ops.dead_letters"},
+    }))
+    return str(path)
+
+
+def commit_rows(config, table_id: str, key: str, first: int, count: int, batch: int) -> None:
+    table = load_table(config.catalog, table_id, refresh=True)
+    ids = pa.array(range(first, first + count), pa.int64())
+    result = TableResult(table_id, data_files=write_data_files(table, pa.table({"id": ids, "body": ids.cast(pa.string())})),
+                         rows=count, offsets={key: [first, first + count - 1]})
+    assert commit_table(config.catalog, result, config.job.name, batch).status == "committed"
+
+
+def commit_letters(config, topic: str, offsets: list[int], settled: dict, batch: int) -> None:
+    dlq = ensure_dead_letter_table(config.catalog, config.dlq.table)
+    source = pa.table({"topic": [topic] * len(offsets), "partition": pa.array([0] * len(offsets), pa.int32()),
+                       "offset": pa.array(offsets, pa.int64()),
+                       "timestamp": pa.array([None] * len(offsets), pa.timestamp("us", tz="UTC")),
+                       "key": pa.array([None] * len(offsets), pa.binary()),
+                       "value": pa.array([b"bad"] * len(offsets), pa.binary()),
+                       "headers": pa.array([[]] * len(offsets), pa.list_(pa.struct([("key", pa.string()),
+                                                                                    ("value", pa.binary())])))})
+    letters = [DeadLetter([0], "unmatched", "no route"), *[DeadLetter([i], "evolution_violation", "narrowing",
+                                                                      table=f"{topic}")
+                                                           for i in range(1, len(offsets))]]
+    rows = dead_letter_batch(source, letters, config.job.name)
+    result = TableResult(config.dlq.table, data_files=write_data_files(dlq, rows), rows=rows.num_rows,
+                         settled=settled)
+    from router.progress import tp_keys
+
+    keys = tp_keys(rows.column("topic"), rows.column("partition"), rows.column("table_name"))
+    for key, offset in zip(keys.to_pylist(), offsets):
+        result.offsets[key] = [offset, offset]
+    assert commit_table(config.catalog, result, config.job.name, batch).status == "committed"
+
+
+def status(config_path: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "router.cli", "status", "--config", config_path, *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_status_reports_tables_lag_lease_quarantine_and_letters(tmp_path, kafka_bootstrap, catalog_props,
+                                                                 unique_name):
+    prefix = unique_name("st")
+    topic = f"{prefix}.orders"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(15):
+        producer.produce(topic, value=b"x", partition=0 if i < 10 else 1)  # ends: p0 10, p1 5
+    assert producer.flush(30) == 0
+    path = write_config(tmp_path, prefix, kafka_bootstrap, catalog_props)
+    config = load_config(path)
+    orders, copy = f"{prefix}_raw.orders", f"{prefix}_raw.copy"
+    for name in (orders, copy):
+        create_table(config.catalog, name, SCHEMA)
+    p0, p1 = f"{topic}/0", f"{topic}/1"
+    commit_rows(config, orders, p0, 0, 6, 0)  # orders holds p0 0..5 and p1 0..4
+    commit_rows(config, orders, p1, 0, 5, 1)
+    commit_rows(config, copy, p0, 0, 4, 0)  # copy holds p0 0..3 only
+    commit_letters(config, topic, [6, 7, 8], {p0: [0, 8], p1: [0, 4]}, 1)  # settled: p0 next 9, p1 next 5
+
+    healthy = status(path, "--format", "json")
+    assert healthy.returncode == 0, healthy.stderr
+    doc = json.loads(healthy.stdout)
+    tables = {t["table"]: t for t in doc["tables"]}
+    assert sorted(tables) == [copy, orders]
+    assert tables[orders]["rows"] == 11 and tables[orders]["data_files"] == 2 and tables[orders]["delete_files"] == 0
+    assert tables[orders]["next_offsets"] == {p0: 6, p1: 5} and tables[orders]["lag"] == {p0: 4, p1: 0}
+    assert tables[copy]["lag"] == {p0: 6} and tables[copy]["batch_id"] == 0
+    stamp = load_table(config.catalog, orders, refresh=True).current_snapshot().timestamp_ms / 1000
+    assert tables[orders]["last_commit"] == stamp
+    # the job's next offset is the settled one: end 10 - next 9, end 5 - next 5
+    assert doc["partitions"] == {p0: {"end": 10, "next": 9, "lag": 1}, p1: {"end": 5, "next": 5, "lag": 0}}
+    assert doc["total_lag"] == 1 and doc["max_partition_lag"] == 1
+    assert doc["dead_letters"]["total"] == 3
+    assert doc["dead_letters"]["by_reason"] == {"evolution_violation": 2, "unmatched": 1}
+    assert doc["lease"] is None and doc["quarantined"] == [] and doc["healthy"] is True
+
+    over = status(path, "--max-lag", "0", "--max-dead-letters", "2")
+    assert over.returncode == 1, over.stderr
+    assert f"UNHEALTHY: lag over 0 on 1 partition(s) (worst {p0}: 1)" in over.stdout
+    assert "UNHEALTHY: 3 dead letters held (over 2)" in over.stdout
+    assert status(path, "--max-lag", "1", "--max-dead-letters", "3").returncode == 0
+
+    # a running job: its lease, and the tables its driver quarantined (the hand-off file of a live pid)
+    lease = Lease(config.catalog, lease_table(config), config.job.name, ttl=30, settle=0)
+    lease.acquire()
+    handoff = tmp_path / "checkpoint" / "icerouter" / f"icerouter-{config.job.name}-{os.getpid()}.handoff.json"
+    handoff.parent.mkdir(parents=True)
+    handoff.write_text(json.dumps({"quarantined": [copy], "batch_id": 2}))
+    state = job_state(config)
+    assert state.lease["pid"] == os.getpid() and not state.lease["expired"] and state.lease["holder"] == lease.owner
+    assert state.quarantined == [copy]
+    assert breaches(state, max_quarantined=0) == [f"1 table(s) quarantined: {copy}"]
+    assert breaches(state, require_lease=True) == []
+    text = status(path, "--require-running")
+    assert text.returncode == 0 and f"lease: pid {os.getpid()}" in text.stdout and f"quarantined: {copy}" in text.stdout
+    lease.release()
+    stopped = status(path, "--require-running")
+    assert stopped.returncode == 1 and "not running (no live lease)" in stopped.stdout
+
+
+def test_status_exit_codes_for_unreachable_services_and_bad_config(tmp_path, unique_name, kafka_bootstrap):
+    prefix = unique_name("st")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    down = write_config(tmp_path, prefix, "127.0.0.1:9", props)  # nothing listens on port 9
+    result = status(down)
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr.strip().startswith("icerouter: error: could not reach the Kafka brokers at 127.0.0.1:9")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    pg = {"type": "sql", "uri": "postgresql+psycopg2://u:s3cret@127.0.0.1:9/db", "warehouse": (tmp_path / "wh").as_uri()}
+    (tmp_path / "pg").mkdir()
+    no_catalog = write_config(tmp_path / "pg", prefix, kafka_bootstrap, pg)
+    result = status(no_catalog)
+    assert result.returncode == 3, result.stderr
+    assert "could not reach the Iceberg catalog" in result.stderr and "127.0.0.1:9" in result.stderr
+    assert "s3cret" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(open(down).read().replace("trigger", "x") + "\nbogus: 1\n")
+    result = status(str(bad))
+    assert result.returncode == 2 and "bogus" in result.stderr
+    assert status(down, "--max-lag", "-1").returncode == 2
