@@ -350,3 +350,29 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def _javaref_unavailable(reason: str):
+    if os.environ.get("ICEROUTER_TEST_REQUIRE_JAVAREF") == "1":
+        pytest.fail(f"Java reference reader required (ICEROUTER_TEST_REQUIRE_JAVAREF=1) but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def java_reader(tmp_path_factory):
+    """Java Iceberg (Spark 3.5 + Iceberg 1.10 in a venv of its own, tests/javaref/): one JVM per test
+    process reads many tables. Skips when ``python3 -m tests.javaref.environment`` has not set it up;
+    fails instead with ``ICEROUTER_TEST_REQUIRE_JAVAREF=1`` (CI)."""
+    from tests.javaref.client import JavaReader, JavaReaderError
+    from tests.javaref.environment import find_reference
+
+    ref = find_reference()
+    if ref is None:
+        _javaref_unavailable("its environment is not set up (python3 -m tests.javaref.environment)")
+    root = tmp_path_factory.mktemp("javaref")
+    try:
+        reader = JavaReader(ref, str(root / "warehouse"), str(root / "reader.log"))
+    except (JavaReaderError, OSError) as exc:
+        _javaref_unavailable(f"it did not start: {exc}")
+    yield reader
+    reader.close()
