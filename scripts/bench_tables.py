@@ -1,0 +1,173 @@
+"""The benchmark tables of the docs and the README, generated from benchmarks/*.json.
+
+Every figure is read from the JSON file its row cites, so the text cannot drift from the
+measurement. One row per target, from the run that is current for it; superseded runs stay in
+their JSON files (and the git log), not in the tables. When a new run supersedes one, point
+its row at the new file and run `python scripts/gen_docs.py` (tests/docs checks the pages are
+up to date with the JSON).
+
+    python scripts/bench_tables.py            # print the tables (Markdown)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((BENCHMARKS / name).read_text())
+
+
+def n(value: float) -> str:
+    """A count with thousands separators."""
+    return f"{round(value):,}"
+
+
+def x(value: float) -> str:
+    return f"x{value:.2f}".rstrip("0").rstrip(".")
+
+
+def pct(value: float) -> str:
+    return f"{value * 100:.0f}%"
+
+
+def live_files_max(d: dict) -> int:
+    return max(s["live_per_table_max"] for s in d["files_over_time"])
+
+
+@dataclass(frozen=True)
+class Row:
+    """One headline figure: what was measured, the figure (from `source`), the target and whether it is met."""
+
+    what: str
+    source: str
+    figure: Callable[[dict], str]
+    target: str = ""
+    met: Callable[[dict], bool] | None = None
+
+    def cells(self) -> tuple[str, str, str, str]:
+        data = load(self.source)
+        verdict = "" if self.met is None else ("met" if self.met(data) else "missed")
+        return self.what, self.figure(data), f"{self.target}: {verdict}" if verdict else self.target, self.source
+
+
+#: The live job on one 2-core machine (local broker, registry emulator, SQLite catalog), `scripts/bench.py`.
+JOB = (
+    Row("throughput: 200 topics x 3 partitions, 2M records, one table per topic + a fan-in table",
+        "throughput.json", lambda d: f"**{n(d['ours']['records_per_s'])} records/s** end to end",
+        ">= 150,000 records/s", lambda d: d["ours"]["records_per_s"] >= 150_000),
+    Row("the same against a hand-written foreachBatch job (pyiceberg appends, 200 topics)",
+        "throughput.json", lambda d: f"**{x(d['vs_baseline'])}** ({n(d['baseline']['records_per_s'])} records/s)",
+        ">= x10", lambda d: d["vs_baseline"] >= 10),
+    Row("the same against one raw confluent-kafka consumer (no processing)",
+        "throughput.json", lambda d: f"**{pct(d['ceiling_share'])}** of {n(d['ceiling']['records_per_s'])} records/s",
+        ">= 40%", lambda d: d["ceiling_share"] >= 0.40),
+    Row("files per table after the throughput run",
+        "throughput.json", lambda d: f"{d['files']['files_per_table_mean']} (mean {d['files']['mean_file_kb']:.0f} KiB)"),
+    Row("scale: 500 topics -> 500 tables, 2M records, every batch commits all 500",
+        "scale.json", lambda d: f"**{n(d['ours']['records_per_s'])} records/s** end to end",
+        ">= 120,000 records/s", lambda d: d["ours"]["records_per_s"] >= 120_000),
+    Row("the same: commit work of a 500-table batch",
+        "scale.json", lambda d: f"{max(b['commit_work_s'] for b in d['batches']):.2f} s at most",
+        "<= 5 s", lambda d: max(b["commit_work_s"] for b in d["batches"]) <= 5),
+    Row("restart over 1,000 tables holding offsets: process start -> first batch running",
+        "scale_1000.json", lambda d: f"**{d['after']['start_s_median']:.1f} s** median; commit work "
+                                     f"{d['after']['commit_work_s_median']:.1f} s a 1,000-table batch",
+        "start <= 10 s", lambda d: d["after"]["start_s_median"] <= 10),
+    Row("freshness: 200 topics, 5,000 records/s, 2 s trigger, 10 min, small files merged at 16",
+        "freshness_transient_codec.json",
+        lambda d: f"commit time - record time p50 {d['latency_s']['p50']:.2f} s, **p95 {d['latency_s']['p95']:.2f} s**",
+        "p95 <= 3 s", lambda d: d["latency_s"]["p95"] <= 3),
+    Row("freshness: the same rate over 50 topics",
+        "freshness_50_tables_checkpoint.json",
+        lambda d: f"p50 {d['latency_s']['p50']:.2f} s, **p95 {d['latency_s']['p95']:.2f} s**",
+        "p95 <= 3 s", lambda d: d["latency_s"]["p95"] <= 3),
+    Row("30 minutes at 200 topics: live data files per table (merging + background compaction)",
+        "freshness_30min_compaction_beside_merging.json", lambda d: f"**at most {live_files_max(d)}** at every minute",
+        "<= 16", lambda d: live_files_max(d) <= 16),
+    Row("20 minutes at 200 topics: peak memory",
+        "freshness_20min_memory.json",
+        lambda d: f"driver {n(d['memory_peak_mb']['driver_python_mb'])} MB, all processes "
+                  f"{n(d['memory_peak_mb']['all_mb'])} MB"),
+    Row("soak: 20 tables, 2,000 records/s, 1 s trigger, 500 batches: per-table commit, last 10 / first 10 batches",
+        "soak.json", lambda d: f"median **{x(d['commit_median_drift']['ratio'])}**, mean {x(d['commit_drift']['ratio'])}",
+        "<= x1.5", lambda d: max(d["commit_drift"]["ratio"], d["commit_median_drift"]["ratio"]) <= 1.5),
+    Row("Protobuf against Avro, same workload",
+        "protobuf_e2e.json", lambda d: f"**{pct(d['protobuf_share_of_avro'])}** of the Avro rate "
+                                       f"({n(d['records_per_s']['proto'])} against {n(d['records_per_s']['avro'])} records/s)",
+        ">= 70%", lambda d: d["protobuf_share_of_avro"] >= d["target_share"]),
+    Row("change streams: upsert against append, same events",
+        "upsert.json", lambda d: f"{n(d['change_events_per_s'])} change events/s; upsert at "
+                                 f"{pct(d['upsert_vs_append'])} of append"),
+    Row("Prometheus metrics, one scrape a second, throughput workload",
+        "metrics_overhead.json", lambda d: f"{d['metrics']['job_cpu_share_of_one_core'] * 100:.2f}% of one core"),
+)
+
+#: Parts measured alone, each against the code or library it replaced, in one process (scripts/bench_*.py).
+COMPONENTS = (
+    Row("one table commit, ours against pyiceberg's SqlCatalog and transaction", "commit.json",
+        lambda d: f"{d['ms_per_commit']['ours']:.2f} ms against {d['ms_per_commit']['pyiceberg']:.2f} ms "
+                  f"(**{x(d['speedup'])}**)"),
+    Row("table creation, ours against pyiceberg's", "create.json",
+        lambda d: f"{d['ours']['median_ms']:.2f} ms against {d['pyiceberg']['median_ms']:.2f} ms "
+                  f"(**{x(d['ratio_median'])}**)"),
+    Row("a manifest list and its 32 manifests read, reader trees cached per file schema", "avro_readers.json",
+        lambda d: f"{d['scan']['cached_ms']:.2f} ms against {d['scan']['pyiceberg_ms']:.2f} ms (**{x(d['scan']['ratio'])}**)"),
+    Row("one scheduled maintenance run (expire, compact, expire, delete)", "maintenance.json",
+        lambda d: f"**{x(d['cpu_ratio'])}** less CPU"),
+    Row("compaction memory: streamed against whole files", "compaction_memory.json",
+        lambda d: f"Arrow pool peak {d['median']['stream']['pool_peak_mib']:.0f} MiB against "
+                  f"{d['median']['windows']['pool_peak_mib']:.0f} MiB (**{x(d['ratio_windows_stream']['pool_peak_mib'])}**)"),
+    Row("inline merge memory: streamed against whole files", "merge_memory.json",
+        lambda d: f"Arrow pool peak {d['median']['new']['pool_peak_mib']:.0f} MiB against "
+                  f"{d['median']['old']['pool_peak_mib']:.0f} MiB (**{x(d['ratio_old_new']['pool_peak_mib'])}**)"),
+    Row("Python workers warmed while the query starts: `icerouter demo`'s first batch", "warm_up.json",
+        lambda d: f"{d['median']['on']['first_batch_dispatch_s']:.2f} s against "
+                  f"{d['median']['off']['first_batch_dispatch_s']:.2f} s ({x(d['first_batch_off_over_on'])})"),
+)
+
+
+def table(rows: tuple[Row, ...], with_target: bool = True) -> str:
+    head = ["| run | result | target | source |", "| --- | --- | --- | --- |"] if with_target else \
+        ["| what | result | source |", "| --- | --- | --- |"]
+    body = []
+    for row in rows:
+        what, figure, target, source = row.cells()
+        link = f"`benchmarks/{source}`"
+        body.append(f"| {what} | {figure} | {target} | {link} |" if with_target else f"| {what} | {figure} | {link} |")
+    return "\n".join(head + body)
+
+
+def job_table() -> str:
+    return table(JOB)
+
+
+def components_table() -> str:
+    return table(COMPONENTS, with_target=False)
+
+
+def readme_table() -> str:
+    """The README's few headline figures: the first rows of the job table."""
+    return table(JOB[:3] + JOB[7:8])
+
+
+def cited_files() -> set[str]:
+    return {row.source for row in JOB + COMPONENTS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print the benchmark tables generated from benchmarks/*.json.")
+    parser.parse_args(argv)
+    print(job_table(), "", components_table(), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
