@@ -155,7 +155,7 @@ def _catalog(data: Any, base: Path) -> CatalogConfig:
 def _job(data: Any, base: Path) -> JobConfig:
     s = Section(data, "job", ("name", "checkpoint", "trigger_seconds", "status_file", "commit_threads",
                               "commit_retries", "spark", "fused_read", "commit_in_tasks", "metrics",
-                              "lease_seconds", "jvm_class_archive"))
+                              "lease_seconds", "jvm_class_archive", "commit_consumer_group", "consumer_group"))
     name = s.get("name", "icerouter", str)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"job.name: {name!r} may only contain letters, digits, '_', '.', '-'")
@@ -168,7 +168,15 @@ def _job(data: Any, base: Path) -> JobConfig:
                      s.positive("commit_threads", 8), s.positive("commit_retries", 6), s.mapping("spark"),
                      bool(s.get("fused_read", True, bool)), bool(s.get("commit_in_tasks", True, bool)),
                      _metrics(s.get("metrics", None, dict)), _lease_seconds(s.get("lease_seconds", 60.0, (int, float))),
-                     bool(s.get("jvm_class_archive", False, bool)))
+                     bool(s.get("jvm_class_archive", False, bool)),
+                     bool(s.get("commit_consumer_group", True, bool)), _group_id(s.get("consumer_group", None, str)))
+
+
+def _group_id(value: str | None) -> str | None:
+    """A Kafka group id: any non-empty string up to 249 characters without control characters."""
+    if value is not None and (not value.strip() or len(value) > 249 or any(ord(c) < 32 for c in value)):
+        raise ConfigError(f"job.consumer_group: {value!r} is not a usable group id (1-249 printable characters)")
+    return value
 
 
 def _lease_seconds(value: float) -> float:

@@ -96,6 +96,18 @@ class JobConfig:
     lease_seconds: float = 60.0  # one job per name: the lease a crashed job's successor waits out (0: off)
     # restarts map Spark's classes from an archive an earlier restart recorded (router/driver/jvm_classes.py)
     jvm_class_archive: bool = False
+    # after each batch, commit the job's offsets to a Kafka consumer group so kafka-consumer-groups,
+    # Burrow or kafka-lag-exporter show its lag; for monitoring only: the tables stay the source of
+    # truth, and a failed group commit is logged and counted, never fails the batch
+    # (router/driver/consumer_group.py)
+    commit_consumer_group: bool = True
+    # the group those offsets go to (None: the job's name); it must have no active members
+    consumer_group: str | None = None
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group the job's offsets are committed to (`consumer_group`, else the job's name)."""
+        return self.consumer_group or self.name
 
 
 @dataclass(frozen=True)

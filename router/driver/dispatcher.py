@@ -23,6 +23,7 @@ from evolution.backoff import backoff_delay
 from router.config import RouterConfig
 from router.descriptors import DispatchContext, TableResult, decode_descriptors, descriptor_spark_schema
 from router.driver.commits import CommitReport, commit_all
+from router.driver.consumer_group import GroupCommitter
 from router.driver.fused_stream import redirect_pass
 from router.driver.housekeeping import BackgroundMaintenance
 from router.driver.metrics import JobMetrics
@@ -75,6 +76,9 @@ class Dispatcher:
         # Prometheus metrics (router/driver/metrics.py) when job.metrics.port is set; run() serves them
         self.metrics = JobMetrics(config.job.name, lag=lambda: partition_lag(self.spark, config.job.name)) \
             if config.job.metrics.port is not None else None
+        # the settled offsets in a Kafka consumer group, for Kafka's lag tools (router/driver/consumer_group.py)
+        self.group = GroupCommitter(config, on_outcome=self.metrics.observe_group_commit if self.metrics else None) \
+            if config.job.commit_consumer_group else None
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
         dlq_producer = None
@@ -159,6 +163,9 @@ class Dispatcher:
                 stats.dead_letters = dlq_result.rows
                 self.last_dead_letters = dict(dlq_result.reasons)
         stats.commit_seconds = time.perf_counter() - t_commit
+        if self.group is not None:  # everything the batch read is now in its tables or a dead letter
+            self.group.advance(self.last_read)
+            self.group.submit()
 
         for outcome in report.committed:
             self.table_rows[outcome.table] = self.table_rows.get(outcome.table, 0) + outcome.rows

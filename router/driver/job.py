@@ -244,6 +244,9 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
                                     job=config.job.name)
         return dispatcher
     finally:
+        group = getattr(dispatcher, "group", None)
+        if group is not None:  # the last batches' offsets reach the consumer group too
+            group.close()
         handoff = getattr(dispatcher, "handoff_file", None)
         if handoff:  # the driver's own hand-off file: nothing else reads it once the query stopped
             with contextlib.suppress(OSError):

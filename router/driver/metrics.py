@@ -139,6 +139,8 @@ class JobMetrics:
         self.records = Counter("icerouter_records_read", "Kafka records read", registry=r)
         self.quarantined = Gauge("icerouter_tables_quarantined", "Tables quarantined (records dead-lettered)",
                                  registry=r)
+        self.group_commits = Counter("icerouter_consumer_group_commits", "Commits of the job's offsets to its "
+                                     "Kafka consumer group (monitoring only), by outcome", ["outcome"], registry=r)
         self.info = Gauge("icerouter_job_info", "The job this process runs", ["job"], registry=r)
         self.info.labels(job=job).set(1)
         info = build_info()
@@ -171,6 +173,11 @@ class JobMetrics:
             self.last_commit_time.labels(table=o.table).set(self.last_commit[o.table])
             if o.oldest_record is not None and o.rows:
                 self.freshness.observe(max(0.0, at - o.oldest_record))
+
+    def observe_group_commit(self, ok: bool) -> None:
+        """A commit to the consumer group (router/driver/consumer_group.py), from its own thread."""
+        self.group_commits.labels(outcome="committed" if ok else "failed").inc()
+        self._rendered = None
 
     def observe_batch(self, stats, outcomes: Iterable, dead_letters: Mapping[str, int],
                       quarantined: int = 0) -> None:

@@ -133,6 +133,9 @@ def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, regis
         assert value(samples, "icerouter_batch_phase_seconds_total", phase="commit") > 0
         assert value(samples, "icerouter_commit_duration_seconds_count", where="task") >= 2
         assert value(samples, "icerouter_job_info", job=f"job_{prefix}") == 1
+        # the consumer group commits after batches (in the background: the batch's render may precede it)
+        _wait(lambda: value(scrape(port), "icerouter_consumer_group_commits_total", outcome="committed") >= 1, 30, proc)
+        assert value(scrape(port), "icerouter_consumer_group_commits_total", outcome="failed") is None
         time.sleep(3)  # idle: seconds since the last commit grow, nothing else moves
         later = scrape(port)
         assert value(later, "icerouter_table_seconds_since_last_commit", table=tables[0]) > \
