@@ -2,7 +2,7 @@
 
 Input is a ``google.protobuf`` message ``Descriptor`` (loaded by registry/protobuf_schema.py
 from the registry's ``.proto`` text or serialized ``FileDescriptorProto``); no generated
-classes. The table (README "Protobuf type mapping") in short:
+classes. The table (docs/concepts.md, "Protobuf") in short:
 
 =============================================  ===============================================
 protobuf                                       Iceberg

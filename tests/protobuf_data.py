@@ -18,7 +18,7 @@ package common;
 message Money { int64 units = 1; string currency = 2; }
 """
 
-#: every row of the README mapping table, plus a reference and nested / repeated / map fields
+#: every row of the mapping table in docs/concepts.md, plus a reference and nested / repeated / map fields
 ALL_TYPES = """syntax = "proto3";
 package shop;
 import "google/protobuf/timestamp.proto";

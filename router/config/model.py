@@ -145,7 +145,7 @@ class MaintenanceConfig:
     compact_after_files: int = 100
     # an append's commit merges small files of the table into one once it holds this many data files
     # (router/catalog/merge_small.py; 0: never)
-    merge_small_files_at: int = 0  # opt-in; the README gives 16 for a trigger of seconds, with its measurements
+    merge_small_files_at: int = 0  # opt-in; 16 suits a trigger of seconds (docs/operations.md, benchmarks/freshness*.json)
     # while merging small files: the codec of an append's small files, which a merge rewrites with the
     # table's codec ("table": the table's codec for them too)
     transient_file_codec: str = "uncompressed"

@@ -15,7 +15,7 @@ site-packages (~800 MB written once less); only the small venv skeleton and, for
 install, icerouter's packages (source tree without __pycache__, compiled here, a minimal
 dist-info) are staged.
 
-What the archive assumes about the nodes (README, "Deploying on a Spark cluster"): like
+What the archive assumes about the nodes (docs/deployment.md, "The environment archive"): like
 venv-pack's archives (jcrist/venv-pack#24) it does not carry an interpreter. bin/python is a
 symlink to this machine's interpreter (its real path), and pyvenv.cfg points at its directory:
 every node needs the same Python (same major.minor, at the same path, with its standard

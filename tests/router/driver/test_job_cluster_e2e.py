@@ -1,8 +1,8 @@
 """The exactly-once scenario of test_job_e2e.py on a Spark standalone cluster (a master and two workers),
-with the job's Python environment from `icerouter pack`'s archive; and the README's spark-submit line.
+with the job's Python environment from `icerouter pack`'s archive; and the spark-submit line of docs/deployment.md.
 
 The cluster's workers see no source tree and no PYTHONPATH (`spark_cluster`): executors can import
-icerouter only from the archive. The spark-submit test ships it as the README says (`--archives`: Spark
+icerouter only from the archive. The spark-submit test ships it as docs/deployment.md says (`--archives`: Spark
 unpacks it in every executor's working directory); the exactly-once scenario's four applications run
 the same archive unpacked once beside the driver (`spark.pyspark.python` its absolute bin/python, as on
 nodes where the environment is installed in place), which spares 8 unpacks of ~770 MB on this machine.
@@ -53,7 +53,7 @@ spark.stop()
 @pytest.fixture
 def driver_dir(tmp_path, env_archive):
     """Where the driver starts: the archive unpacked as ./environment (the driver's JVM runs the Kafka
-    source's planning in spark.pyspark.python, resolved here), as the README says for client mode."""
+    source's planning in spark.pyspark.python, resolved here), as docs/deployment.md says for client mode."""
     driver = tmp_path / "driver"
     (driver / "environment").mkdir(parents=True)
     subprocess.run(["tar", "-xzf", env_archive["path"], "-C", str(driver / "environment")], check=True, timeout=300)
@@ -105,7 +105,7 @@ def test_job_on_a_standalone_cluster_end_to_end_exactly_once(tmp_path, kafka_boo
 
 def test_spark_submit_runs_the_job_from_the_archive(tmp_path, kafka_bootstrap, registry_url, spark_cluster,
                                                     env_archive, driver_dir, unique_name):
-    """The README's spark-submit line, client mode: the driver (pyspark from Spark's pyspark.zip), its
+    """The spark-submit line of docs/deployment.md, client mode: the driver (pyspark from Spark's pyspark.zip), its
     source planning and the executors all run the archive's Python; the job takes its master from
     spark-submit."""
     archive = env_archive["path"]
