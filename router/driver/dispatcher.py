@@ -73,6 +73,7 @@ class Dispatcher:
         self.handoff_file = handoff_file
         self.spark = spark
         self.last_dead_letters: dict[str, int] = {}  # error class -> rows the last batch dead-lettered
+        self.backfills: dict = {}  # table -> what its backfill of this start reads (start_query sets it)
         # Prometheus metrics (router/driver/metrics.py) when job.metrics.port is set; run() serves them
         self.metrics = JobMetrics(config.job.name, lag=lambda: partition_lag(self.spark, config.job.name)) \
             if config.job.metrics.port is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
 from router.driver.fused_stream import fused_stream
 from router.catalog.lease import JobAlreadyRunning, Lease, lease_table
-from router.driver.resume import plan_resume
+from router.driver.resume import backfill_summary, plan_resume
 from router.driver.session import build_spark, in_background, warm_python_workers
 from router.driver.status import BatchStats
 from router.exceptions import ConfigError
@@ -28,6 +29,7 @@ from router.executor.fused_reader import write_handoff
 from router.routing import RoutingTable
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
+from router.source.offsets import ResumePlan
 from router.source.options import source_options
 from router.table_writes import mode_conflict
 
@@ -80,6 +82,23 @@ def next_batch_id(checkpoint: str) -> int | None:
     return planned if planned > committed else committed + 1
 
 
+def checkpoint_offsets(checkpoint: str) -> dict | None:
+    """The source's end offsets of the checkpoint's last planned batch (its rewind cursors are
+    backfills a stop interrupted); None when there is none or it is not on a local disk."""
+    batch = next_batch_id(checkpoint)
+    if not batch:
+        return None
+    path = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "offsets", str(batch))
+    if not os.path.exists(path):
+        path = os.path.join(os.path.dirname(path), str(batch - 1))
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.loads(f.read().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def prepare_catalog(config: RouterConfig) -> None:
     """Initialise the catalog (a new SQL catalog creates its own tables) and the dead-letter table
     once on the driver, so the first tasks never race to do it."""
@@ -112,16 +131,16 @@ def start_positions(config: RouterConfig, options):
         earliest, latest = metadata.offsets(partitions, "earliest"), metadata.offsets(partitions, "latest")
     finally:
         metadata.close()
-    plan = plan_resume(config, partitions, earliest, latest)
+    plan = plan_resume(config, partitions, earliest, latest, checkpoint_offsets(config.job.checkpoint))
     for note in plan.notes:
         log.info("start: %s", note)
     return plan
 
 
-def prepare_start(config: RouterConfig, options: KafkaSourceOptions) -> str:
-    """The catalog prepared and the start positions (the source's resume JSON): no Spark needed."""
+def prepare_start(config: RouterConfig, options: KafkaSourceOptions) -> ResumePlan:
+    """The catalog prepared and the start positions (the source's resume plan): no Spark needed."""
     prepare_catalog(config)
-    return start_positions(config, options).to_json()
+    return start_positions(config, options)
 
 
 def start_query(spark, config: RouterConfig, available_now: bool = False,
@@ -140,12 +159,14 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     fused = config.job.fused_read and python_source
     if fused:  # the fused source's tasks are Python data source reads: their workers can be warmed
         warm_python_workers(spark)
-    resume = prepare_start(config, options) if resume is None else resume.result()
+    plan = prepare_start(config, options) if resume is None else resume.result()
+    resume = plan.to_json()
     handoff_file = handoff_path(config.job.name, config.job.checkpoint) if fused else None
     if handoff_file:
         write_handoff(handoff_file, [], next_batch_id(config.job.checkpoint))  # a restart clears the quarantine
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
                                  handoff_file=handoff_file, spark=spark, listeners=listeners)
+    dispatcher.backfills = plan.backfills  # the run's last lines say how far each got
     if getattr(dispatcher, "metrics", None) is not None:
         dispatcher.metrics.serve(config.job.metrics.port, config.job.metrics.host)
     if fused:
@@ -237,6 +258,8 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
         except KeyboardInterrupt:
             log.info("stopping %s", config.job.name)
             query.stop()
+        for line in backfill_summary(config, dispatcher.backfills):
+            log.info("%s", line)
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")
         if lease is not None and lease.lost.is_set():

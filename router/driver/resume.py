@@ -33,6 +33,7 @@ from router.config import RouterConfig
 from router.progress import rolled_back, stored_progress
 from router.routing import RoutingTable
 from router.source.offsets import EARLIEST, LATEST, ResumePlan, tp_key
+from router.source.rewind import split_rewinds
 
 log = logging.getLogger("icerouter.resume")
 
@@ -74,8 +75,10 @@ def _job_tables(config: RouterConfig) -> list[str]:
 
 
 def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earliest: dict[str, int],
-                latest: dict[str, int]) -> ResumePlan:
-    """Start offsets from the catalog's current state: see the module docstring."""
+                latest: dict[str, int], checkpoint: dict[str, int] | None = None) -> ResumePlan:
+    """Start offsets from the catalog's current state: see the module docstring. `checkpoint`: the
+    offsets document of the checkpoint's last batch, whose open rewind cursors are backfills a stop
+    interrupted (they go on from the checkpoint; only the start and last lines need them here)."""
     started = time.perf_counter()
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     starting = config.kafka.starting_offsets
@@ -89,6 +92,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     cache = _progress(config, list(dict.fromkeys(wanted)))
     dlq = cache[config.dlq.table][0] if config.dlq.table else None
     plan = ResumePlan()
+    positions, resumed = split_rewinds(checkpoint or {})
     held_topics: dict[str, list[tuple[int, int, str]]] = {}
     fresh: list[str] = []
     for topic, partition in sorted(partitions):
@@ -102,6 +106,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
             if key in behind:  # rolled back: read again from there, even past a checkpoint
                 begin = min(max(behind[key], lo), hi)
                 plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
+                plan.backfills.setdefault(table, {})[key] = (begin, hi)
                 restored.setdefault(topic, []).append((partition, begin, table))
             if doc is None or not doc.get("offsets"):
                 if table in named:  # a new route: its table starts where the config says
@@ -109,9 +114,12 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
                     if begin is not None:
                         new.append((begin, 0, f"new table {table}"))
                         plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
+                        plan.backfills.setdefault(table, {})[key] = (begin, hi)
                 continue
             if key in doc["offsets"]:
                 held.append((doc["offsets"][key], 0, f"table {table}"))
+                if key in resumed and doc["offsets"][key] < positions[key] and key not in plan.backfills.get(table, {}):
+                    plan.backfills.setdefault(table, {})[key] = (doc["offsets"][key], hi)
         if config.dlq.table:
             settled = (dlq or {}).get("settled", {})
             if key in settled:
@@ -138,6 +146,28 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
         label = starting if isinstance(starting, str) else "the configured offsets"
         plan.notes.append(f"{len(fresh_topics)} topic(s) no table holds yet start at {label}: "
                           + ", ".join(fresh_topics[:5]) + (" ..." if len(fresh_topics) > 5 else ""))
+    for table, parts in sorted(plan.backfills.items()):
+        plan.notes.append(f"backfill of {table}: {_count(parts.values())} records to read ("
+                          + ", ".join(f"{k} {a}..{b}" for k, (a, b) in sorted(parts.items())) + ")")
     log.info("start positions from %d tables in %.1fs", len(cache), time.perf_counter() - started)
     return plan
+
+
+def _count(ranges) -> int:
+    return sum(max(0, until - begin) for begin, until in ranges)
+
+
+def backfill_summary(config: RouterConfig, backfills: dict[str, dict[str, tuple[int, int]]]) -> list[str]:
+    """One line per backfill of this start: how many of its records its table now holds, from the
+    table's own offsets (the run's last lines; a stop halfway says how far it got)."""
+    if not backfills:
+        return []
+    views = table_views(config.catalog, sorted(backfills))
+    out = []
+    for table, parts in sorted(backfills.items()):
+        offsets = stored_progress(views[table], config.job.name).get("offsets", {}) if table in views else {}
+        read = _count((begin, min(offsets.get(key, begin), until)) for key, (begin, until) in parts.items())
+        out.append(f"backfill of {table}: {read} of {_count(parts.values())} records read"
+                   + ("" if read >= _count(parts.values()) else " (the next start goes on from there)"))
+    return out
 

@@ -300,6 +300,9 @@ class ResumePlan:
     resume: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> offset
     backfill: dict[str, int] = field(default_factory=dict)  # new and rolled-back tables: rewinds (source/rewind.py)
     notes: list[str] = field(default_factory=list)  # one line per topic: where it starts and why
+    # table -> "topic/partition" -> (from, until): what each backfill reads, until = the end at the start
+    # (the driver's start and last log lines; not sent to the source)
+    backfills: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"resume": dict(sorted(self.resume.items())),

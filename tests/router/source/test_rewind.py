@@ -127,3 +127,34 @@ def test_a_backfill_runs_on_a_quiet_topic_in_batches_of_the_limit(spark, kafka_b
     idle = BatchLog()  # no backfill asked, nothing new: no batch
     run_available_now(kafka_stream(spark, options, force_python=True), checkpoint, idle)
     assert sum(t.num_rows for t in idle.tables.values()) == 0
+
+
+@pytest.mark.slow
+def test_a_backfill_within_one_batch_runs_in_continuous_mode(spark, kafka_bootstrap, kafka_client_config, uid,
+                                                            tmp_path):
+    """The same under a processing-time trigger with no new records: the backlog is read within a
+    few triggers, once, and the query then stays idle (no batch re-reads it)."""
+    import time
+
+    topic = f"quiet-cont-{uid}"
+    create_topics(kafka_bootstrap, kafka_client_config, [topic], 2)
+    produce(kafka_bootstrap, kafka_client_config, [topic], 2, 40)
+    options = KafkaSourceOptions(kafka_bootstrap, topics=(topic,), client_config=kafka_client_config)
+    checkpoint = tmp_path / "ck"
+    run_available_now(kafka_stream(spark, options, force_python=True), checkpoint, BatchLog())
+
+    backfill = ResumePlan(resume={}, backfill={f"{topic}/0": 10, f"{topic}/1": 0}).to_json()
+    seen = BatchLog()
+    query = (kafka_stream(spark, options, force_python=True, resume_json=backfill).writeStream
+             .foreachBatch(seen).trigger(processingTime="500 milliseconds")
+             .option("checkpointLocation", str(checkpoint)).start())
+    try:
+        deadline = time.monotonic() + 90
+        while len(seen.rows()) < 70 and time.monotonic() < deadline and query.exception() is None:
+            time.sleep(0.2)
+        time.sleep(2)  # a few idle triggers more
+    finally:
+        query.stop()
+    assert query.exception() is None
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in seen.rows())
+    assert got == sorted([(topic, 0, o) for o in range(10, 40)] + [(topic, 1, o) for o in range(40)])
