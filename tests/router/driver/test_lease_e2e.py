@@ -13,6 +13,7 @@ import time
 import pytest
 import yaml
 
+from router.version import version
 from tests.router.driver.test_job_e2e import LOCAL_SPARK, _run, _wait
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,8 @@ def test_a_second_job_with_the_same_name_is_refused_until_the_lease_expires(tmp_
         successor = _run(config, "--available-now", timeout=300)
         assert successor.returncode == 0, successor.stderr[-3000:]
         assert "lease on job" in successor.stderr
+        # the real process's start line names the installed version first (router/cli/commands.py)
+        assert f"icerouter {version()}: starting job job_{prefix} (config {config})" in successor.stderr
     finally:
         if first.poll() is None:
             first.kill()
