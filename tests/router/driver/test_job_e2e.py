@@ -124,17 +124,20 @@ def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, ca
 
 @pytest.mark.parametrize("catalog_props", ["postgres"], indirect=True)
 def test_job_merging_small_files_at_every_commit_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props,
-                                                             unique_name):
+                                                             unique_name, java_reader):
     """The same scenario with small files merged into the batches' commits once a table holds two
-    (router/catalog/merge_small.py): crash drill, fan-in, evolution and the dead letters stay exactly-once."""
+    (router/catalog/merge_small.py): crash drill, fan-in, evolution and the dead letters stay exactly-once.
+    Java Iceberg (tests/javaref/) then reads every table as DuckDB and pyiceberg do."""
     _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("m"),
-                           maintenance={"merge_small_files_at": 2, "expire_every_commits": 1000})
+                           maintenance={"merge_small_files_at": 2, "expire_every_commits": 1000},
+                           java_reader=java_reader)
 
 
 def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None,
                            driver_env: dict | None = None, driver_cwd: Path | None = None,
-                           maintenance: dict | None = None):
-    """`driver_env` / `driver_cwd`: the job's environment variables and working directory."""
+                           maintenance: dict | None = None, java_reader=None):
+    """`driver_env` / `driver_cwd`: the job's environment variables and working directory; `java_reader`:
+    Java Iceberg reads every table too (tests/javaref/)."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyiceberg.catalog import load_catalog
 
@@ -282,6 +285,12 @@ def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_prop
                         codecs[snapshot.summary.operation.value].update(
                             meta.row_group(0).column(c).compression for c in range(meta.num_columns))
         assert codecs == {"append": {"UNCOMPRESSED"}, "overwrite": {"UNCOMPRESSED", "ZSTD"}}
+
+    if java_reader is not None:  # the reference implementation reads what the job wrote, row for row
+        from tests.javaref.client import assert_readers_agree
+
+        for name, want in ledger.expected.items():
+            assert len(assert_readers_agree(java_reader, catalog.load_table(name))) == sum(want.values()), name
 
 
 def _wait(predicate, timeout: float, proc: subprocess.Popen) -> None:
