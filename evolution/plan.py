@@ -12,7 +12,7 @@ Rules, in short:
 * the table's type may widen to the incoming one (int->long, float->double,
   decimal(p1,s)->decimal(p2,s), p2>p1); an incoming type *narrower* than the
   table is not a change: its values fit and the writer upcasts them (a note
-  records it);
+  records it); so are int and long values for a double column (``FITS_AS_IS``);
 * every other type difference is a ``type_change`` violation;
 * an optional incoming field for a required column, or a required column
   missing from an incoming schema ("required column could not be filled"),
@@ -55,6 +55,16 @@ __all__ = ["plan_evolution", "ALLOWED_PROMOTIONS", "can_promote"]
 ALLOWED_PROMOTIONS: dict[type, tuple[type, ...]] = {
     IntegerType: (LongType,),
     FloatType: (DoubleType,),
+}
+
+
+#: incoming type -> table types that hold its values as they are, without the table changing: Avro's
+#: own reader resolution (int and long read as double). Not promotions: a long column never becomes
+#: double. It keeps a column typed by its first values: a double column of inferred JSON takes the
+#: records whose numbers happen to be integral.
+FITS_AS_IS: dict[type, tuple[type, ...]] = {
+    IntegerType: (DoubleType,),
+    LongType: (DoubleType,),
 }
 
 
@@ -324,7 +334,7 @@ class _Planner:
         if can_promote(n, t):
             if tf.added or self.allow("widen", path, f"widen {n} -> {t}"):
                 tf.type = t
-        elif can_promote(t, n):
+        elif can_promote(t, n) or type(n) in FITS_AS_IS.get(type(t), ()):
             self.notes.append(f"{'.'.join(path)}: incoming {t} is upcast to {n}")
         else:
             self.type_violation(path, f"cannot change {n} to {t}")

@@ -23,7 +23,9 @@ from router.config.model import (
     TRANSIENT_FILE_CODECS, CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig,
     RouteConfig, RouterConfig, TablesConfig,
 )
+from router.config.formats import parse_format
 from router.config.reader import Section, interpolate
+from registry.formats import RAW
 from router.exceptions import ConfigError
 from router.table_writes import APPEND, TableWrite
 from router.source.offsets import CATCH_UP_MODES
@@ -64,7 +66,7 @@ def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
         catalog=_catalog(root.get("catalog"), base),
         job=_job(root.get("job"), base),
         tables=_tables(root.get("tables")),
-        routes=_routes(root.get("routes", [], list), root.get("tables")),
+        routes=_routes(root.get("routes", [], list), root.get("tables"), base),
         evolution=_evolution(root.get("evolution")),
         dlq=_dlq(root.get("dlq")),
         maintenance=_maintenance(root.get("maintenance")),
@@ -218,13 +220,13 @@ def _partition_by(items: list, where: str) -> tuple[str, ...]:
     return tuple(map(str, items))
 
 
-def _routes(items: list, tables: Any) -> tuple[RouteConfig, ...]:
+def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
     default_mode = Section(tables, "tables", TABLES_KEYS).choice("mode", "append", TABLE_MODES)
     routes = []
     for i, item in enumerate(items):
         where = f"routes[{i}]"
         s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
-                                  "partition_by", "mode", "key", "cdc", "sequence_by"))
+                                  "partition_by", "mode", "key", "cdc", "sequence_by", "format"))
         table = s.get("table", None, str)
         if not table:
             raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
@@ -238,13 +240,18 @@ def _routes(items: list, tables: Any) -> tuple[RouteConfig, ...]:
                 raise ConfigError(f"{where}.{label}: invalid regex {rx!r}: {exc}") from None
         columns = s.get("columns", None, list)
         partition_by = s.get("partition_by", None, list)
+        fmt = parse_format(s.get("format"), f"{where}.format", base)
+        write = _write(s, default_mode, columns)
+        if fmt.kind == RAW and write.upsert:
+            raise ConfigError(f"{where}.format: a raw route appends the bytes as they are (mode upsert and cdc "
+                              "need decoded values)")
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
-            write=_write(s, default_mode, columns)))
+            write=write, format=fmt))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

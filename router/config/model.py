@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
+from registry.formats import REGISTRY_FORMAT, ValueFormat
 from router.masking import mask_secrets, mask_url
 from router.table_writes import APPEND, TableWrite
 
@@ -162,6 +163,7 @@ class RouteConfig:
     evolution: PolicyOverrides | None = None  # the route's policy rule, parsed at load
     partition_by: tuple[str, ...] | None = None
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
+    format: ValueFormat = REGISTRY_FORMAT  # how values are read: registry framing, raw, json, connect_json
 
 
 @dataclass(frozen=True)

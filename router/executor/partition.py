@@ -23,6 +23,8 @@ from pyiceberg.exceptions import NoSuchTableError
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
+from registry.formats import RAW
+from registry.unframed import decode_unframed
 from registry.wire import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
 from router import progress
 from router.arrays import one_chunk
@@ -160,22 +162,29 @@ class PartitionWriter:
         self.topic_keys = (start, self.kafka_keys(chunk, topic) if upserts else None)
         if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
             self.route_tombstones(topic, [r for r in upserts if not r.write.cdc], pc.filter(positions, tombstones), chunk)
-        elif has_tombstones and ctx.tombstones == "dlq":
+        elif has_tombstones and ctx.tombstones == "dlq" and any(r.format.kind != RAW for r in routes):
             self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
-        result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
-        transient = [f for f in result.failures if f.transient]
-        if transient:  # registry unreachable: the whole batch waits and retries, nothing is dead-lettered
-            raise transient[0].to_exception(topic=topic)
-        for failure in result.failures:
-            if failure.error_class == "tombstone":
-                continue
-            self.dead_letter([start + failure.index], failure.error_class, failure.reason,
-                             schema_id=failure.schema_id)
         headers_cache: dict[str, list] = {}
-        for group in result.groups:
-            rows = pc.add(pa.array(group.indices, pa.int64()), start)
-            for route in routes:
-                self.route_group(topic, route, group, rows, chunk, start, headers_cache)
+        by_format: dict = {}
+        for route in routes:  # routes that read the topic alike share one decode
+            by_format.setdefault(route.format, []).append(route)
+        for fmt, same in by_format.items():
+            if fmt.framed:
+                result = decode_values(self.registry, values, headers=schema_id_headers(chunk.column("headers")))
+            else:
+                result = decode_unframed(self.registry, fmt, values, one_chunk(chunk.column("key")))
+            transient = [f for f in result.failures if f.transient]
+            if transient:  # registry unreachable: the whole batch waits and retries, nothing is dead-lettered
+                raise transient[0].to_exception(topic=topic)
+            for failure in result.failures:
+                if failure.error_class == "tombstone":
+                    continue
+                self.dead_letter([start + failure.index], failure.error_class, failure.reason,
+                                 schema_id=failure.schema_id)
+            for group in result.groups:
+                rows = pc.add(pa.array(group.indices, pa.int64()), start)
+                for route in same:
+                    self.route_group(topic, route, group, rows, chunk, start, headers_cache)
 
     def kafka_keys(self, chunk: pa.Table, topic: str):
         """The chunk's Kafka keys decoded through the registry (upsert routes key by them)."""

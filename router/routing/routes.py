@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from evolution.policy import PolicyOverrides
+from registry.formats import REGISTRY_FORMAT, ValueFormat
 from router.config import DlqConfig, RouteConfig, RouterConfig, TablesConfig
 from router.decisions import resolve_policy
 from router.exceptions import ConfigError, RouteError, TableNameError
@@ -78,6 +79,7 @@ class CompiledRoute:
     partition_by: tuple[str, ...] | None
     placeholders: tuple[str, ...] = field(default=())
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
+    format: ValueFormat = REGISTRY_FORMAT  # how the topic's values are read (registry/formats.py)
 
     @property
     def header_names(self) -> tuple[str, ...]:
@@ -113,6 +115,7 @@ def compile_route(route: RouteConfig) -> CompiledRoute:
         partition_by=route.partition_by,
         placeholders=tuple(m.group(1) for m in TEMPLATE_PATTERN.finditer(route.table)),
         write=route.write,
+        format=route.format,
     )
 
 

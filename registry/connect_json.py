@@ -1,0 +1,230 @@
+"""Kafka Connect JsonConverter records with the schema embedded (``schemas.enable=true``) -> Arrow.
+
+Each value is ``{"schema": <Connect schema>, "payload": <value>}``. Records are
+grouped by their schema (the serialized schema is the group's reference, so a
+producer that changes its schema starts a new group and evolution sees it as a
+new writer schema); each group's payload is converted by a converter compiled
+once per schema: base64 text to bytes and decimals, Connect's Date / Time /
+Timestamp integers to dates, times and instants, maps given as objects or as
+[key, value] pairs. A value that is not an envelope, has no payload or does not
+fit its schema is a failure with its reason; the other records still decode.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import hashlib
+import json
+import threading
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+from cachetools import LRUCache
+
+from evolution.arrow import iceberg_to_arrow
+from evolution.connect import (
+    CONNECT_DATE, CONNECT_DECIMAL, CONNECT_TIME, CONNECT_TIMESTAMP, connect_to_iceberg,
+)
+from registry.artifacts import SchemaArtifacts
+from registry.exceptions import UnsupportedSchemaType
+
+try:
+    import orjson
+
+    _loads = orjson.loads
+
+    def _key(schema: Any) -> bytes:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+except ImportError:  # pragma: no cover - orjson is optional
+    _loads = json.loads
+
+    def _key(schema: Any) -> bytes:
+        return json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
+
+__all__ = ["CONNECT", "decode_connect_json", "connect_artifacts"]
+
+CONNECT = "CONNECT"
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+Conv = Callable[[Any], Any]
+Failure = tuple[int, str, str]
+
+_cache: LRUCache = LRUCache(maxsize=1024)
+_lock = threading.Lock()
+
+
+def _unscaled(v: Any, scale: int) -> decimal.Decimal:
+    if isinstance(v, str):  # base64 of the big-endian two's complement unscaled value
+        raw = base64.b64decode(v, validate=True)
+        return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):  # decimal.format=NUMERIC
+        return decimal.Decimal(str(v))
+    raise TypeError(f"expected a decimal, got {v!r}")
+
+
+def _check(kind: type | tuple[type, ...], what: str) -> Conv:
+    def conv(v: Any) -> Any:
+        if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+            raise TypeError(f"expected {what}, got {v!r}")
+        return v
+    return conv
+
+
+def _converter(node: dict, path: str) -> Conv:
+    """payload value -> the Python value pyarrow builds the column from (TypeError/ValueError: no fit)."""
+    kind, name = node.get("type"), node.get("name")
+    required = not node.get("optional", False)
+    inner = _inner(node, kind, name, path)
+
+    def conv(v: Any) -> Any:
+        if v is None:
+            if required:
+                raise ValueError(f"{path} is required but null")
+            return None
+        return inner(v)
+    return conv
+
+
+def _inner(node: dict, kind: str, name: str | None, path: str) -> Conv:
+    if name == CONNECT_DECIMAL:
+        scale = int((node.get("parameters") or {}).get("scale", 0))
+        return lambda v: _unscaled(v, scale)
+    if name == CONNECT_DATE:
+        return lambda v: EPOCH_DATE + dt.timedelta(days=_check(int, "days")(v))
+    if name == CONNECT_TIME:
+        return lambda v: (dt.datetime.min + dt.timedelta(milliseconds=_check(int, "milliseconds")(v))).time()
+    if name == CONNECT_TIMESTAMP:
+        return lambda v: EPOCH + dt.timedelta(milliseconds=_check(int, "milliseconds")(v))
+    if kind in ("int8", "int16", "int32", "int64"):
+        return _check(int, "an integer")
+    if kind in ("float32", "float64"):
+        return lambda v: float(_check((int, float), "a number")(v))
+    if kind == "boolean":
+        return _check(bool, "a boolean")
+    if kind == "string":
+        return _check(str, "a string")
+    if kind == "bytes":
+        return lambda v: base64.b64decode(_check(str, "base64 text")(v), validate=True)
+    if kind == "array":
+        item = _converter(node.get("items") or {}, f"{path}[]")
+        return lambda v: [item(x) for x in _check(list, "an array")(v)]
+    if kind == "map":
+        key, value = _converter(node.get("keys") or {}, f"{path}.keys"), _converter(node.get("values") or {}, f"{path}.values")
+
+        def conv_map(v: Any) -> Any:
+            pairs = v.items() if isinstance(v, dict) else _check(list, "a map")(v)
+            return [(key(k), value(x)) for k, x in pairs]
+        return conv_map
+    if kind == "struct":
+        fields = [(f["field"], _converter(f, f"{path}.{f['field']}")) for f in node.get("fields") or []]
+
+        def conv_struct(v: Any) -> Any:
+            v = _check(dict, "an object")(v)
+            return {name: c(v.get(name)) for name, c in fields}
+        return conv_struct
+    raise TypeError(f"{path}: unknown Connect type {kind!r}")
+
+
+class ConnectDecoder:
+    """Payloads of one Connect schema -> a batch of the schema's Arrow shape."""
+
+    def __init__(self, schema: dict, arrow: pa.Schema) -> None:
+        self.wrapped = not (schema.get("type") == "struct" and schema.get("name") not in
+                            (CONNECT_DATE, CONNECT_TIME, CONNECT_TIMESTAMP, CONNECT_DECIMAL))
+        root = _converter(schema, "payload")
+        self.convert = (lambda v: {"value": root(v)}) if self.wrapped else root
+        self.struct = pa.struct(list(arrow))
+        self.arrow = arrow
+
+    def rows(self, payloads: list[Any]) -> tuple[pa.RecordBatch, list[int], list[tuple[int, str]]]:
+        """(batch of the payloads that fit, their positions, [(position, reason)])."""
+        rows, ok, bad = [], [], []
+        for i, payload in enumerate(payloads):
+            try:
+                rows.append(self.convert(payload))
+                ok.append(i)
+            except (TypeError, ValueError, decimal.InvalidOperation) as exc:
+                bad.append((i, f"payload does not fit its Connect schema: {exc}"))
+        try:
+            array = pa.array(rows, type=self.struct)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            keep = []
+            for i, row in zip(ok, rows):
+                try:
+                    pa.array([row], type=self.struct)
+                    keep.append((i, row))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                    bad.append((i, f"payload does not fit its Connect schema: {exc}"))
+            ok, rows = [i for i, _ in keep], [r for _, r in keep]
+            array = pa.array(rows, type=self.struct)
+        return pa.RecordBatch.from_struct_array(array).cast(self.arrow), ok, sorted(bad)
+
+    def decode(self, framed: pa.Array, skip: int) -> tuple[pa.RecordBatch, np.ndarray, list[tuple[int, str]]]:
+        payloads = [_loads(v[skip:])["payload"] if v is not None else None for v in framed.to_pylist()]
+        batch, ok, bad = self.rows(payloads)
+        return batch, np.asarray(ok, dtype=np.int64), bad
+
+
+def connect_artifacts(schema: Any) -> SchemaArtifacts:
+    """Artifacts of one embedded Connect schema, cached by its serialized form."""
+    key = _key(schema)
+    with _lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    ref = "connect:" + hashlib.sha256(key).hexdigest()[:16]
+    try:
+        iceberg = connect_to_iceberg(schema)
+        arrow = iceberg_to_arrow(iceberg)
+        decoder = ConnectDecoder(schema, arrow)
+    except Exception as exc:  # not a Connect schema we can map
+        raise UnsupportedSchemaType(f"{type(exc).__name__}: {exc}", schema_id=ref, schema_type=CONNECT) from None
+    art = SchemaArtifacts(ref, CONNECT, key.decode(), schema, iceberg, arrow, decoder, False)
+    with _lock:
+        _cache[key] = art
+    return art
+
+
+def decode_connect_json(values: pa.Array) -> tuple[list[tuple[SchemaArtifacts, pa.RecordBatch, np.ndarray]],
+                                                   list[Failure]]:
+    """([(artifacts, batch, positions)], [(position, error class, reason)]); nulls are left to the caller."""
+    groups: dict[bytes, tuple[Any, list[int], list[Any]]] = {}
+    bad: list[Failure] = []
+    for pos, value in enumerate(values.to_pylist()):
+        if value is None:
+            continue
+        try:
+            doc = _loads(value)
+        except (ValueError, TypeError) as exc:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                bad.append((pos, "invalid_utf8", "value is not valid UTF-8"))
+                continue
+            bad.append((pos, "decode_error", f"invalid JSON: {str(exc).splitlines()[0][:200]}"))
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
+            bad.append((pos, "decode_error", "not a Kafka Connect JSON envelope: no 'schema' object "
+                                             "(is the converter's schemas.enable off? use format json)"))
+            continue
+        if "payload" not in doc:
+            bad.append((pos, "decode_error", "Kafka Connect JSON envelope without a 'payload'"))
+            continue
+        entry = groups.setdefault(_key(doc["schema"]), (doc["schema"], [], []))
+        entry[1].append(pos)
+        entry[2].append(doc["payload"])
+    out = []
+    for schema, positions, payloads in groups.values():
+        try:
+            art = connect_artifacts(schema)
+        except UnsupportedSchemaType as exc:
+            bad.extend((p, "unsupported_schema", str(exc)) for p in positions)
+            continue
+        batch, ok, failed = art.decoder.rows(payloads)
+        bad.extend((positions[i], "decode_error", reason) for i, reason in failed)
+        out.append((art, batch, np.asarray([positions[i] for i in ok], dtype=np.int64)))
+    bad.sort()
+    return out, bad

@@ -1,0 +1,62 @@
+"""The `format` of a route: how its topic's values are read (registry/formats.py), checked at load.
+
+Shorthand ``format: json`` or a mapping::
+
+    format: {type: json, schema_file: schemas/clicks.json}   # declared by a JSON Schema file
+    format: {type: json, subject: clicks-value, version: 3}  # declared by a registry subject
+    format: {type: json, numbers: double}                    # inferred, every number a double
+
+A schema file is read here (relative to the config file), mapped once so a bad
+one is a one-line configuration error, and its text travels to the executors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evolution.jsonschema import jsonschema_to_iceberg
+from registry.formats import FORMAT_KINDS, JSON, JSON_NUMBERS, REGISTRY_FORMAT, ValueFormat
+from router.config.reader import Section
+from router.exceptions import ConfigError
+
+__all__ = ["parse_format", "FORMAT_KEYS"]
+
+FORMAT_KEYS = ("type", "schema_file", "subject", "version", "numbers")
+
+
+def parse_format(spec: Any, where: str, base: Path) -> ValueFormat:
+    if spec is None:
+        return REGISTRY_FORMAT
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    s = Section(spec, where, FORMAT_KEYS)
+    kind = s.choice("type", "registry", FORMAT_KINDS)
+    schema_file, subject = s.get("schema_file", None, str), s.get("subject", None, str)
+    version = s.get("version", "latest", (int, str))
+    numbers = s.choice("numbers", "long", JSON_NUMBERS)
+    if kind != JSON:
+        for key in ("schema_file", "subject", "numbers"):
+            if key in s.data:
+                raise ConfigError(f"{where}.{key}: only a json format has one (type is {kind!r})")
+    if schema_file and subject:
+        raise ConfigError(f"{where}: give schema_file or subject, not both")
+    if version != "latest" and (not isinstance(version, int) or version < 1):
+        raise ConfigError(f"{where}.version: expected 'latest' or a version number >= 1, got {version!r}")
+    if "version" in s.data and not subject:
+        raise ConfigError(f"{where}.version: only a subject has versions")
+    if (schema_file or subject) and "numbers" in s.data:
+        raise ConfigError(f"{where}.numbers: a declared schema types its numbers; numbers is for inferred json")
+    text = None
+    if schema_file:
+        path = Path(schema_file) if Path(schema_file).is_absolute() else base / schema_file
+        try:
+            text = path.read_text()
+            jsonschema_to_iceberg(json.loads(text))
+        except OSError as exc:
+            raise ConfigError(f"{where}.schema_file: cannot read {path}: {exc.strerror}") from None
+        except Exception as exc:
+            raise ConfigError(f"{where}.schema_file: {path} is not a usable JSON Schema: "
+                              f"{str(exc).splitlines()[0]}") from None
+    return ValueFormat(kind, text, str(schema_file) if schema_file else None, subject, version, numbers)
