@@ -61,6 +61,23 @@ class DispatchContext:
     maintenance: MaintenanceConfig | None = None  # the snapshot expiry rule applied inside each commit
     drill: tuple | None = None  # crash drills only (router/faults.py): (spec, driver pid, marker dir)
 
+    @classmethod
+    def for_config(cls, config, batch_id: int, routing: RoutingTable | None = None, **overrides) -> "DispatchContext":
+        """The context of `config` (a RouterConfig) for one batch: the job's dispatcher and the dead-letter
+        replay (router/operations/replay.py) build it here, so both route, decode and write alike."""
+        dlq_producer = None
+        if config.dlq.topic:
+            dlq_producer = {"bootstrap.servers": config.kafka.bootstrap_servers,
+                            **{k: v for k, v in config.kafka.client.items() if not k.startswith("consumer.")}}
+        fields = dict(
+            job=config.job.name, batch_id=batch_id, catalog=config.catalog, registry=config.registry,
+            routing=routing or RoutingTable(config.routes, config.tables, config.dlq), policies=config.evolution,
+            tables=config.tables, dlq=config.dlq, unmatched=config.unmatched, tombstones=config.tombstones,
+            dlq_producer=dlq_producer, commit_in_tasks=config.job.commit_in_tasks,
+            commit_retries=config.job.commit_retries, maintenance=config.maintenance)
+        fields.update(overrides)
+        return cls(**fields)
+
 
 @dataclass
 class UpsertWork:

@@ -9,6 +9,9 @@ not answer (the message names its URL).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import re
 
 from router.config import load_config
 
@@ -48,6 +51,86 @@ def add_operations(sub) -> None:
     status.add_argument("--require-running", action="store_true",
                         help="unhealthy (exit 1) when no live lease shows the job running")
     status.set_defaults(handler=cmd_status)
+
+    dlq = sub.add_parser("dlq", help="list, summarize and replay dead letters",
+                         description="The dead-letter table (dlq.table): list or summarize its letters, and "
+                                     "replay a selection through the job's own path after a fix "
+                                     "(docs/operations-dlq.md).")
+    actions = dlq.add_subparsers(dest="action", required=True, parser_class=sub._parser_class)
+    for name, text in (("list", "the selected letters, one a line (their bytes stay in the table)"),
+                       ("summary", "counts of the selected letters by reason, table and topic"),
+                       ("replay", "replay the selected letters into their tables, exactly once")):
+        action = actions.add_parser(name, help=text, description=text,
+                                    epilog=DLQ_EXIT_CODES if name == "replay" else None,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        action.add_argument("--config", required=True, help="YAML configuration file of the job")
+        action.add_argument("--reason", help="letters of this reason only: the error class, as `summary` and "
+                                             "the metrics name it (unmatched, wire_format, evolution_violation...)")
+        action.add_argument("--table", help="letters headed for this table only")
+        action.add_argument("--topic", help="letters of records from this topic only")
+        action.add_argument("--since", type=_time, metavar="TIME",
+                            help="letters that failed at or after TIME: ISO 8601 (UTC unless it says), "
+                                 "or an age such as 30m, 6h, 2d")
+        action.add_argument("--until", type=_time, metavar="TIME", help="letters that failed before TIME (as --since)")
+        action.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+        if name == "list":
+            action.add_argument("--limit", type=_non_negative, default=100, metavar="N",
+                                help="at most N letters, oldest first (default 100; 0: all)")
+        if name == "replay":
+            action.add_argument("--all", action="store_true",
+                                help="replay every letter (without a selection, replay refuses to run)")
+            action.add_argument("--dry-run", action="store_true",
+                                help="say what would land where and what would still fail; change nothing")
+        action.set_defaults(handler=cmd_dlq)
+
+
+DLQ_EXIT_CODES = """exit codes:
+  0  every selected letter landed (or would, with --dry-run)
+  1  some letters still fail: they stay in the dead-letter table with their new reason
+  2  usage or configuration error (no selection and no --all, no dlq.table)
+  3  the Iceberg catalog could not be reached (the message names the URL)"""
+
+AGE = re.compile(r"(\d+)\s*([smhd])")
+
+
+def _time(text: str) -> dt.datetime:
+    """ISO 8601 (naive: UTC) or an age (30m, 6h, 2d) before now."""
+    age = AGE.fullmatch(text.strip())
+    if age:
+        seconds = int(age.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[age.group(2)]
+        return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither an ISO 8601 time nor an age like 30m, 6h, 2d") from None
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def cmd_dlq(args) -> int:
+    config = load_config(args.config)
+    from router.exceptions import ConfigError
+    from router.operations.letters import Selection
+
+    if not config.dlq.table:
+        raise ConfigError("dlq: the configuration has no dlq.table")
+    selection = Selection(args.reason, args.table, args.topic, args.since, args.until)
+    if args.action == "replay":
+        if selection == Selection() and not args.all:
+            raise ConfigError("dlq replay: give a selection (--reason, --table, --topic, --since, --until) or --all")
+        from router.operations.dlq import catalog_reached
+        from router.operations.replay import replay
+
+        with catalog_reached(config):
+            report = replay(config, selection, dry_run=args.dry_run)
+        print(json.dumps(report.to_json(), indent=1, default=str) if args.format == "json" else report.text())
+        return 1 if report.failed else 0
+    from router.operations.dlq import list_letters, summary
+
+    if args.action == "summary":
+        print(summary(config, selection, args.format))
+    else:
+        print(list_letters(config, selection, args.format, args.limit))
+    return 0
 
 
 def cmd_status(args) -> int:

@@ -82,17 +82,8 @@ class Dispatcher:
             if config.job.commit_consumer_group else None
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
-        dlq_producer = None
-        if self.config.dlq.topic:
-            dlq_producer = {"bootstrap.servers": self.config.kafka.bootstrap_servers,
-                            **{k: v for k, v in self.config.kafka.client.items() if not k.startswith("consumer.")}}
-        return DispatchContext(
-            job=self.config.job.name, batch_id=batch_id, catalog=self.config.catalog, registry=self.registry,
-            routing=self.routing, policies=self.policies, tables=self.config.tables, dlq=self.config.dlq,
-            unmatched=self.config.unmatched, tombstones=self.config.tombstones, dlq_producer=dlq_producer,
-            redirect=redirect, quarantined=frozenset(self.quarantined),
-            commit_in_tasks=self.config.job.commit_in_tasks, commit_retries=self.config.job.commit_retries,
-            maintenance=self.config.maintenance, drill=drill())
+        return DispatchContext.for_config(self.config, batch_id, self.routing, redirect=redirect,
+                                          quarantined=frozenset(self.quarantined), drill=drill())
 
     def run_pass(self, df, ctx: DispatchContext) -> dict[str, TableResult]:
         if ctx.redirect and self.fused is not None:

@@ -132,10 +132,14 @@ class PartitionWriter:
         for table_id, items in self.pending.items():
             self.write_table(table_id, items)
         t2 = time.perf_counter()
-        write_dead_letters(self.ctx, ordered, self.letters, self.results)
+        self.finish_letters(ordered)
         self.timings["write"] += time.perf_counter() - t2
         self.timings["dlq_write"] = time.perf_counter() - t2
         return list(self.results.values())
+
+    def finish_letters(self, ordered: pa.Table) -> None:
+        """Write the dead letters of the partition (a replay of dead letters decides about its own)."""
+        write_dead_letters(self.ctx, ordered, self.letters, self.results)
 
     def dead_letter(self, rows: Any, error_class: str, reason: str, **where: Any) -> None:
         if self.ctx.redirect and error_class != "quarantined":

@@ -41,7 +41,7 @@ class Selection:
 
 def select_mask(letters: pa.Table, selection: Selection) -> pa.Array:
     """Boolean mask of the rows of `letters` the selection takes."""
-    mask = pa.array([True] * letters.num_rows)
+    mask = pa.array([True] * letters.num_rows, pa.bool_())
     for column, wanted in (("error_class", selection.reason), ("table_name", selection.table),
                            ("topic", selection.topic)):
         if wanted is not None:
