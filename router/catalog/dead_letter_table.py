@@ -43,6 +43,22 @@ DLQ_PARTITION_BY = ("day(failed_at)",)
 #: columns copied from the Kafka record as it came
 SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 
+#: table property: what `icerouter dlq replay` runs did, committed with their letters' removal
+#: (router/operations/replay.py): {"runs", "landed", "superseded", "still_failing", "last_run"}
+REPLAYS_PROPERTY = "icerouter.replays.{job}"
+REPLAY_COUNTS = ("runs", "landed", "superseded", "still_failing")
+
+
+def replay_counts(table, job: str) -> dict[str, int]:
+    """The replay counts the dead-letter table records for `job` (zeros before any replay)."""
+    import json
+
+    try:
+        doc = json.loads(table.metadata.properties.get(REPLAYS_PROPERTY.format(job=job)) or "{}")
+    except ValueError:
+        doc = {}
+    return {k: int(doc.get(k, 0)) for k in REPLAY_COUNTS}
+
 
 def ensure_dead_letter_table(catalog, identifier: str):
     """The dead-letter table, created on first use (by the driver at start, so tasks never race)."""

@@ -30,7 +30,7 @@ from router.driver.metrics import JobMetrics
 from router.driver.status import BatchStats, partition_lag, write_status
 from router.exceptions import is_transient
 from router.faults import drill
-from router.catalog.dead_letter_table import ensure_dead_letter_table
+from router.catalog.dead_letter_table import ensure_dead_letter_table, replay_counts
 from router.executor.fused_reader import write_handoff
 from router.executor.tasks import process_partition
 from router.routing import RoutingTable
@@ -151,6 +151,9 @@ class Dispatcher:
                 # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.
                 raise RuntimeError(f"dead-letter table {dlq_table} commit failed: {dlq_report.failed[0].error}")
             report.outcomes += dlq_report.outcomes
+            if self.metrics is not None:  # replays run beside the job; the table's commit just refreshed it
+                self.metrics.observe_replays(replay_counts(
+                    ensure_dead_letter_table(self.config.catalog, dlq_table), self.config.job.name))
             if dlq_report.committed and dlq_result.data_files:
                 stats.dead_letters = dlq_result.rows
                 self.last_dead_letters = dict(dlq_result.reasons)

@@ -139,6 +139,9 @@ class JobMetrics:
         self.records = Counter("icerouter_records_read", "Kafka records read", registry=r)
         self.quarantined = Gauge("icerouter_tables_quarantined", "Tables quarantined (records dead-lettered)",
                                  registry=r)
+        self.replays = Gauge("icerouter_dead_letter_replays", "What `icerouter dlq replay` runs did, as the "
+                             "dead-letter table records it: letters landed, superseded by newer rows, left with a "
+                             "new reason (still_failing), and the runs", ["outcome"], registry=r)
         self.group_commits = Counter("icerouter_consumer_group_commits", "Commits of the job's offsets to its "
                                      "Kafka consumer group (monitoring only), by outcome", ["outcome"], registry=r)
         self.info = Gauge("icerouter_job_info", "The job this process runs", ["job"], registry=r)
@@ -173,6 +176,11 @@ class JobMetrics:
             self.last_commit_time.labels(table=o.table).set(self.last_commit[o.table])
             if o.oldest_record is not None and o.rows:
                 self.freshness.observe(max(0.0, at - o.oldest_record))
+
+    def observe_replays(self, counts: Mapping[str, int]) -> None:
+        """The dead-letter table's replay counts (router/catalog/dead_letter_table.py), after its commit."""
+        for outcome, value in counts.items():
+            self.replays.labels(outcome=outcome).set(value)
 
     def observe_group_commit(self, ok: bool) -> None:
         """A commit to the consumer group (router/driver/consumer_group.py), from its own thread."""

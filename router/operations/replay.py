@@ -46,7 +46,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, Valida
 from router.catalog import load_table
 from router.catalog.commit import replaced_rows
 from router.catalog.datafiles import write_data_files
-from router.catalog.dead_letter_table import DLQ_ARROW_SCHEMA, SOURCE_COLUMNS
+from router.catalog.dead_letter_table import DLQ_ARROW_SCHEMA, REPLAY_COUNTS, REPLAYS_PROPERTY, SOURCE_COLUMNS
 from router.catalog.deletes import write_position_deletes
 from router.catalog.row_delta import row_delta
 from router.catalog.snapshot_files import deleted_positions, snapshot_files
@@ -66,7 +66,6 @@ from router.source.offsets import tp_key
 log = logging.getLogger("icerouter.replay")
 
 REPLAYED_PROPERTY = "icerouter.replayed.{job}"  # target tables: {"topic/partition": [[lo, hi], ...]}
-REPLAYS_PROPERTY = "icerouter.replays.{job}"  # dead-letter table: {"runs", "landed", "still_failing", ...}
 TARGET_TABLE, TARGET_ROUTE = "__replay_table", "__replay_route"
 FILE, POS = "__file", "__pos"
 COMMIT_RETRIES = 6
@@ -423,8 +422,7 @@ def commit_letters(config: RouterConfig, done: set[tuple], new_letters: pa.Table
                                              files) if gone else []
             written = write_data_files(dlq, new_letters) if new_letters.num_rows else []
             previous = json.loads(dlq.metadata.properties.get(prop) or "{}")
-            stats = {k: int(previous.get(k, 0)) + counts.get(k, 0) for k in ("runs", "landed", "superseded",
-                                                                          "still_failing")}
+            stats = {k: int(previous.get(k, 0)) + counts.get(k, 0) for k in REPLAY_COUNTS}
             stats["last_run"] = round(time.time(), 3)
             tx = StagedTransaction(dlq)
             tx.set_properties({prop: json.dumps(stats, sort_keys=True)})

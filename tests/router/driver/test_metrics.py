@@ -83,3 +83,16 @@ def test_endpoint_serves_the_exposition():
         raise AssertionError("an unknown path must be 404")
     except urllib.error.HTTPError as e:
         assert e.code == 404
+
+
+def test_replay_counts_follow_the_dead_letter_table():
+    metrics = JobMetrics("j")
+    metrics.observe_replays({"runs": 2, "landed": 5, "superseded": 1, "still_failing": 3})
+    samples = _samples(metrics.exposition())
+    assert {dict(k[1])["outcome"]: v for k, v in samples.items() if k[0] == "icerouter_dead_letter_replays"} == {
+        "runs": 2, "landed": 5, "superseded": 1, "still_failing": 3}
+    metrics.observe_group_commit(True)
+    metrics.observe_group_commit(False)
+    samples = _samples(metrics.exposition())  # a group commit renders again, outside a batch
+    assert samples[("icerouter_consumer_group_commits_total", (("outcome", "committed"),))] == 1
+    assert samples[("icerouter_consumer_group_commits_total", (("outcome", "failed"),))] == 1

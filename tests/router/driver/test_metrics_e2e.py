@@ -141,6 +141,19 @@ def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, regis
         assert value(later, "icerouter_table_seconds_since_last_commit", table=tables[0]) > \
             value(samples, "icerouter_table_seconds_since_last_commit", table=tables[0])
         assert value(later, "icerouter_rows_committed_total", table=tables[0]) == PER_TOPIC
+
+        # a replay beside the live job: the poison record still fails (it stays, with its reason); the
+        # job's next batch commits the dead-letter table and shows what the replay did
+        replay = subprocess.run([sys.executable, "-m", "router.cli", "dlq", "replay", "--all", "--config",
+                                 str(config)], capture_output=True, text=True, timeout=120)
+        assert replay.returncode == 1 and "still failing" in replay.stdout, replay.stdout + replay.stderr
+        producer.produce(topics[0], value=encode(data.order(10 * PER_TOPIC)), partition=0)
+        assert producer.flush(30) == 0
+        _wait(lambda: value(scrape(port), "icerouter_dead_letter_replays", outcome="runs") == 1, 120, proc)
+        replays = scrape(port)
+        assert value(replays, "icerouter_dead_letter_replays", outcome="still_failing") == 1
+        assert value(replays, "icerouter_dead_letter_replays", outcome="landed") == 0
+        assert count(catalog, dlq) == 1  # the letter stayed, once
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
