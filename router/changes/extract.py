@@ -39,14 +39,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from registry.client import CachedRegistry
-from registry.decode import decode_keys
+from registry.decode import DecodeFailure, DecodeResult, decode_keys
 from router.arrays import one_chunk
 from router.changes.envelope import AFTER_FIELD, BEFORE_FIELD, OP_FIELD
 from router.changes.exceptions import ChangeStreamError
 from router.routing.columns import field_column
 
 __all__ = ["BAD_INPUT_CLASSES", "UPSERT", "DEBEZIUM", "OP_CREATE", "OP_READ", "OP_UPDATE", "OP_DELETE", "OP_CODES",
-           "ChangeSpec", "BadInput", "KafkaKeys", "ChangeSet", "decode_kafka_keys", "extract_changes"]
+           "ChangeSpec", "BadInput", "KafkaKeys", "ChangeSet", "decode_kafka_keys", "kafka_keys_of", "extract_changes"]
 
 UPSERT, DEBEZIUM = "upsert", "debezium"
 #: Op codes; their order is the tie-break of equal sequence values across partitions (c < r < u < d).
@@ -106,11 +106,17 @@ class KafkaKeys:
 
 def decode_kafka_keys(registry: CachedRegistry, keys: Any, *, headers: Sequence[Any] | None = None) -> KafkaKeys:
     """Decode wire-format keys (Avro or JSON Schema) with the value decoder; transient registry errors raise."""
-    result = decode_keys(registry, keys, "avro", headers=headers)
+    return kafka_keys_of(decode_keys(registry, keys, "avro", headers=headers), len(keys))
+
+
+def kafka_keys_of(result: DecodeResult, n: int) -> KafkaKeys:
+    """The keys a decode of `n` Kafka keys gave (framed, or by an unframed route's format: a
+    Debezium JSON topic's keys are Connect JSON like its values); transient registry errors raise."""
     transient = [f for f in result.failures if f.transient]
     if transient:
         raise transient[0].to_exception()
-    n = len(keys)
+    result.failures = [f if f.error_class != "tombstone" else
+                       DecodeFailure(f.index, f.schema_id, "null_key", "null key", False) for f in result.failures]
     error_class = np.full(n, None, dtype=object)
     reason = np.full(n, None, dtype=object)
     for f in result.failures:

@@ -6,12 +6,14 @@ Kafka key is a `Key` record of the primary key, the value an `Envelope` with
 delete is followed by a tombstone (null value) for log compaction. A key change
 is a delete of the old key (and its tombstone) and a create of the new one.
 `ChangeScript` keeps the table the events describe, so a test can compare what
-the job wrote with the truth.
+the job wrote with the truth. `DebeziumJsonEncoder` writes the same events as
+Debezium does through Kafka Connect's JsonConverter, with or without the schema.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -152,3 +154,58 @@ class ChangeEncoder:
     def __call__(self, topic: str, event: Event) -> tuple[str, bytes | None, bytes | None, None]:
         return (topic, self.key(event.key) if event.key is not None else None,
                 self.value(event.value) if event.value is not None else None, None)
+
+
+# Debezium through Kafka Connect's JsonConverter (schemas.enable=true, time.precision.mode=connect):
+# the same events, their schema embedded in each record as a Connect schema
+_CONNECT_ROW = [
+    {"field": "id", "type": "int64", "optional": False},
+    {"field": "name", "type": "string", "optional": False},
+    {"field": "email", "type": "string", "optional": True},
+    {"field": "tier", "type": "string", "optional": False},
+    {"field": "region", "type": "string", "optional": False},
+    {"field": "updated_at", "type": "int64", "optional": False, "name": "org.apache.kafka.connect.data.Timestamp",
+     "version": 1},
+]
+CONNECT_KEY = {"type": "struct", "name": f"{NAMESPACE}.Key", "optional": False,
+               "fields": [{"field": "id", "type": "int64", "optional": False}]}
+CONNECT_ENVELOPE = {"type": "struct", "name": f"{NAMESPACE}.Envelope", "optional": False, "fields": [
+    {"field": "before", "type": "struct", "name": f"{NAMESPACE}.Value", "optional": True, "fields": _CONNECT_ROW},
+    {"field": "after", "type": "struct", "name": f"{NAMESPACE}.Value", "optional": True, "fields": _CONNECT_ROW},
+    {"field": "source", "type": "struct", "name": "io.debezium.connector.postgresql.Source", "optional": False,
+     "fields": [{"field": "connector", "type": "string", "optional": False},
+                {"field": "db", "type": "string", "optional": False},
+                {"field": "table", "type": "string", "optional": False},
+                {"field": "lsn", "type": "int64", "optional": True},
+                {"field": "ts_ms", "type": "int64", "optional": False}]},
+    {"field": "op", "type": "string", "optional": False},
+    {"field": "ts_ms", "type": "int64", "optional": True},
+]}
+
+
+def _connect_row(row: dict | None) -> dict | None:
+    if row is None:
+        return None
+    return {**row, "updated_at": int((row["updated_at"] - EPOCH_UTC).total_seconds() * 1000)}
+
+
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class DebeziumJsonEncoder:
+    """A script's events as Debezium writes them through the JsonConverter: with the Connect schema
+    embedded in key and value (``schemas.enable=true``, the converter's default) or without it."""
+
+    def __init__(self, schemas: bool = True):
+        self.schemas = schemas
+
+    def _wrap(self, schema: dict, payload: dict) -> bytes:
+        return json.dumps({"schema": schema, "payload": payload} if self.schemas else payload).encode()
+
+    def __call__(self, topic: str, event: Event) -> tuple[str, bytes | None, bytes | None, None]:
+        key = self._wrap(CONNECT_KEY, event.key) if event.key is not None else None
+        if event.value is None:
+            return topic, key, None, None
+        value = {**event.value, "before": _connect_row(event.value["before"]),
+                 "after": _connect_row(event.value["after"])}
+        return topic, key, self._wrap(CONNECT_ENVELOPE, value), None

@@ -23,7 +23,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from evolution.arrow import iceberg_to_arrow
 from registry.client import get_registry
 from registry.decode import decode_values
-from registry.formats import RAW
+from registry.formats import RAW, REGISTRY_FORMAT
 from registry.unframed import decode_unframed
 from registry.wire import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
 from router import progress
@@ -33,7 +33,7 @@ from router.catalog.tables import refresh_cached
 from router.decisions import projected_names, resolve_policy
 from router.descriptors import DispatchContext, TableResult
 from router.changes.exceptions import ChangeStreamError
-from router.changes.extract import decode_kafka_keys
+from router.changes.extract import decode_kafka_keys, kafka_keys_of
 from router.exceptions import is_transient
 from router.executor.align import align_table
 from router.catalog.datafiles import write_data_files
@@ -163,7 +163,7 @@ class PartitionWriter:
         tombstones = values.is_null()
         has_tombstones = pc.any(tombstones).as_py()
         upserts = [r for r in routes if r.write.upsert]
-        self.topic_keys = (start, self.kafka_keys(chunk, topic) if upserts else None)
+        self.topic_keys = (start, self.kafka_keys(chunk, topic, upserts[0].format) if upserts else None)
         if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
             self.route_tombstones(topic, [r for r in upserts if not r.write.cdc], pc.filter(positions, tombstones), chunk)
         elif has_tombstones and ctx.tombstones == "dlq" and any(r.format.kind != RAW for r in routes):
@@ -190,8 +190,12 @@ class PartitionWriter:
                 for route in same:
                     self.route_group(topic, route, group, rows, chunk, start, headers_cache)
 
-    def kafka_keys(self, chunk: pa.Table, topic: str):
-        """The chunk's Kafka keys decoded through the registry (upsert routes key by them)."""
+    def kafka_keys(self, chunk: pa.Table, topic: str, fmt=REGISTRY_FORMAT):
+        """The chunk's Kafka keys decoded through the registry, or as the route's unframed values are
+        (upsert routes key by them)."""
+        if not fmt.framed:
+            keys = one_chunk(chunk.column("key"))
+            return kafka_keys_of(decode_unframed(self.registry, fmt, keys), len(keys))
         return decode_kafka_keys(self.registry, chunk.column("key"),
                                  headers=schema_id_headers(chunk.column("headers"), KEY_SCHEMA_ID_HEADER))
 
