@@ -55,9 +55,15 @@ def _block(values: list[bytes]) -> bytes:
     return b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
 
 
+#: the reader's block: 4 MiB parsed ~1.5x faster than one block of the whole batch (80 MB: cache);
+#: types of later blocks are unified with earlier ones. A block must hold the longest record.
+READ_BLOCK_BYTES = 4 << 20
+
+
 def _read(values: list[bytes], schema: pa.Schema | None = None) -> pa.Table:
     data = _block(values)
-    options = pj.ReadOptions(block_size=max(len(data) + 1, 1 << 20), use_threads=False)
+    longest = max(map(len, values), default=0)
+    options = pj.ReadOptions(block_size=max(READ_BLOCK_BYTES, 2 * longest + 2), use_threads=False)
     parse = pj.ParseOptions(explicit_schema=schema) if schema is not None else None
     table = pj.read_json(io.BytesIO(data), read_options=options, parse_options=parse)
     if table.num_rows != len(values):  # an empty value or two objects on one line
@@ -244,7 +250,7 @@ def infer_json(values: pa.Array, numbers: str = "long") -> tuple[list[tuple[Sche
     groups: list[tuple[np.ndarray, pa.Table, pa.Schema]] = []
     bad: list[Failure] = []
     try:
-        pc.cast(values.take(pa.array(present)), pa.large_string())  # ArrowInvalid unless all UTF-8
+        pc.cast(values, pa.large_string())  # ArrowInvalid unless all UTF-8 (nulls pass)
         table, settled = _shape([pylist[p] for p in present], numbers)
         groups.append((present, table, settled))
     except (pa.ArrowInvalid, pa.ArrowTypeError):

@@ -75,7 +75,7 @@ def decode_unframed(registry: CachedRegistry | None, fmt: ValueFormat, values: A
         result.groups.append(DecodedGroup("raw", RAW_ARTIFACTS, batch, np.arange(len(arr), dtype=np.int64)))
         return result
     present = _tombstones(arr, result)
-    rows = arr.take(pa.array(present, pa.int64()))
+    rows = arr if len(present) == len(arr) else arr.take(pa.array(present, pa.int64()))
     if fmt.kind == CONNECT_JSON or fmt.inferred:
         found, bad = decode_connect_json(rows) if fmt.kind == CONNECT_JSON else infer_json(rows, fmt.numbers)
         for art, batch, positions in found:
