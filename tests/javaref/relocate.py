@@ -71,7 +71,8 @@ def relocate_jars(sources: list[str], target: str) -> int:
                         new_name, data = TARGET_PREFIX + name[len(SOURCE_PREFIX):], relocate_class(jar.read(name))
                         written += 1
                     elif name.startswith("META-INF/services/com.fasterxml.jackson"):
-                        new_name = "META-INF/services/" + relocate_text(name[len("META-INF/services/"):].encode()).decode()
+                        service = relocate_text(name[len("META-INF/services/"):].encode()).decode()
+                        new_name = "META-INF/services/" + service
                         data = relocate_text(jar.read(name))
                     else:
                         continue

@@ -129,7 +129,8 @@ def test_protobuf_mapped_types_and_the_dead_letter_table(java_reader, catalog_co
     assert len(assert_readers_agree(java_reader, load_table(catalog_config, f"{ns}.dead_letters"))) == 2
 
 
-@pytest.mark.parametrize("partition_by", [None, ["identity(region)", "bucket(4, id)"]], ids=["unpartitioned", "partitioned"])
+@pytest.mark.parametrize("partition_by", [None, ["identity(region)", "bucket(4, id)"]],
+                         ids=["unpartitioned", "partitioned"])
 def test_cdc_tables_before_and_after_compaction_then_after_expiry(java_reader, catalog_config, registry_url,
                                                                    unique_name, partition_by):
     """A Debezium mirror (position deletes only): Java must apply the deletes; compaction rewrites
