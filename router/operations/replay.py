@@ -31,121 +31,36 @@ names such letters).
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.exceptions import NoSuchTableError
 
 from router.catalog import load_table
-from router.catalog.commit import replaced_rows
-from router.catalog.datafiles import write_data_files
-from router.catalog.dead_letter_table import DLQ_ARROW_SCHEMA, REPLAY_COUNTS, REPLAYS_PROPERTY, SOURCE_COLUMNS
-from router.catalog.deletes import write_position_deletes
-from router.catalog.row_delta import row_delta
-from router.catalog.snapshot_files import deleted_positions, snapshot_files
-from router.catalog.sql import StagedTransaction
-from router.catalog.tables import backoff, delete_quietly
+from router.catalog.dead_letter_table import SOURCE_COLUMNS
+from router.catalog.tables import delete_quietly
 from router.config import RouterConfig
-from router.decisions import resolve_policy, decide_schema
+from router.decisions import decide_schema, resolve_policy
 from router.descriptors import DispatchContext, TableResult
-from router.exceptions import ConfigError, RouterError
+from router.exceptions import ConfigError
 from router.executor.dead_letters import dead_letter_batch
 from router.executor.partition import PartitionWriter
 from router.faults import crash_point
-from router.operations.letters import Selection, select_mask
-from router.progress import OFFSETS_PROPERTY, stored_progress
+from router.operations.letters import Selection
+from router.operations.replay_commits import (
+    REPLAYED_PROPERTY, ReplayRefused, commit_letters, commit_target, holds, identity, letters_at, parse_ranges,
+    taken_offsets,
+)
 from router.source.offsets import tp_key
+
+__all__ = ["REPLAYED_PROPERTY", "ReplayRefused", "ReplayReport", "ReplayWriter", "replay"]
 
 log = logging.getLogger("icerouter.replay")
 
-REPLAYED_PROPERTY = "icerouter.replayed.{job}"  # target tables: {"topic/partition": [[lo, hi], ...]}
 TARGET_TABLE, TARGET_ROUTE = "__replay_table", "__replay_route"
-FILE, POS = "__file", "__pos"
-COMMIT_RETRIES = 6
-
-
-class ReplayRefused(RouterError):
-    """The replay cannot run as asked (an upsert table without Kafka metadata columns)."""
-
-    exit_code = 2
-
-
-# ----------------------------------------------------------------------------- offsets taken from replays
-
-def parse_ranges(raw: str | None) -> dict[str, list[list[int]]]:
-    try:
-        doc = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def add_offsets(ranges: dict[str, list[list[int]]], taken: dict[str, list[int]]) -> dict[str, list[list[int]]]:
-    """`ranges` with the offsets of `taken` added, as sorted disjoint [lo, hi] runs per partition."""
-    out = {k: [list(r) for r in v] for k, v in ranges.items()}
-    for key, offsets in taken.items():
-        merged: list[list[int]] = []
-        for lo, hi in sorted([*out.get(key, []), *([o, o] for o in set(offsets))]):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        out[key] = merged
-    return dict(sorted(out.items()))
-
-
-def holds(ranges: dict[str, list[list[int]]], key: str, offset: int) -> bool:
-    return any(lo <= offset <= hi for lo, hi in ranges.get(key, ()))
-
-
-def carried_progress(table) -> dict[str, str]:
-    """Every job's offsets document as of `table`'s current snapshot, for the summary of a snapshot
-    that is not the job's own: its progress reads the same after it (router/progress.py)."""
-    prefix = OFFSETS_PROPERTY.format(job="")
-    out = {}
-    for name in table.metadata.properties:
-        if name.startswith(prefix):
-            doc = dict(stored_progress(table, name[len(prefix):]))
-            doc.pop("at_snapshot", None)
-            out[name] = json.dumps(doc)
-    return out
-
-
-# ----------------------------------------------------------------------------- reading the letters
-
-def letters_at(dlq, selection: Selection) -> pa.Table:
-    """The selected letters of the dead-letter table's current snapshot with where each lives
-    (__file, __pos: its data file and row), the deleted rows left out."""
-    files = snapshot_files(dlq)
-    parts = []
-    for path in sorted(files.data):
-        with dlq.io.new_input(path).open() as stream:
-            data = pq.read_table(stream)
-        arrays = [data.column(f.name).cast(f.type) if data.column(f.name).type != f.type else data.column(f.name)
-                  for f in DLQ_ARROW_SCHEMA]
-        rows = pa.Table.from_arrays(arrays, schema=DLQ_ARROW_SCHEMA)
-        rows = rows.append_column(FILE, pa.array([path] * rows.num_rows, pa.string()))
-        rows = rows.append_column(POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        gone = deleted_positions(dlq, path, files)
-        if len(gone):
-            rows = rows.filter(pa.array(~np.isin(np.arange(rows.num_rows), gone)))
-        parts.append(rows.filter(select_mask(rows, selection)))
-    if not parts:
-        return DLQ_ARROW_SCHEMA.append(pa.field(FILE, pa.string())).append(pa.field(POS, pa.int64())).empty_table()
-    letters = pa.concat_tables(parts)
-    order = pc.sort_indices(letters, [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
-    return letters.take(order)
-
-
-def identity(row: dict) -> tuple:
-    return (row["table_name"] or "", row["route"] or "", row["topic"], row["partition"], row["offset"])
 
 
 def as_source(letters: pa.Table) -> pa.Table:
@@ -300,143 +215,6 @@ def _unrouted(row: int, table: str, route: str | None):
     return DeadLetter([row], "replay_unrouted", f"the record no longer routes to {table}", table=table, route=route)
 
 
-# ----------------------------------------------------------------------------- commits
-
-def taken_offsets(ordered: pa.Table, rows) -> dict[str, list[int]]:
-    taken: dict[str, list[int]] = defaultdict(list)
-    topics, partitions, offsets = (ordered.column(c).to_pylist() for c in ("topic", "partition", "offset"))
-    for row in rows:
-        taken[tp_key(topics[row], partitions[row])].append(offsets[row])
-    return dict(taken)
-
-
-def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, list[int]]) -> tuple[str, int, int]:
-    """One table's replayed rows and the offsets they came from, in one transaction: (status, rows,
-    upsert keys a newer row kept).
-    Status "held" when an earlier run's commit already took these offsets (it died before step 2)."""
-    prop = REPLAYED_PROPERTY.format(job=config.job.name)
-    last: Exception | None = None
-    for attempt in range(COMMIT_RETRIES + 1):
-        table = load_table(config.catalog, result.table, refresh=True)
-        ranges = parse_ranges(table.metadata.properties.get(prop))
-        if all(holds(ranges, key, o) for key, offsets in taken.items() for o in offsets):
-            return "held", 0, 0
-        deletes: list = []
-        try:
-            data_files, superseded = list(result.data_files), 0
-            if result.upsert is not None:
-                data_files, superseded = newer_rows_win(table, result)
-                deletes = replaced_rows(table, result.upsert) if result.upsert.touched.num_rows else []
-            tx = StagedTransaction(table)
-            tx.set_properties({prop: json.dumps(add_offsets(ranges, taken))})
-            summary = {"icerouter.replay": str(len(data_files)), **carried_progress(table)}
-            if deletes or result.upsert is not None:
-                row_delta(tx, data_files, deletes, snapshot_properties=summary)
-            elif data_files:
-                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
-            tx.commit_transaction()
-            return "committed", sum(f.record_count for f in data_files), superseded
-        except (CommitFailedException, ValidationException) as exc:
-            last = exc
-            if deletes:
-                delete_quietly(table.io, [f.file_path for f in deletes])
-            backoff(attempt)
-    raise RuntimeError(f"replay commit of {result.table} failed after {COMMIT_RETRIES + 1} attempts: {last}")
-
-
-def newer_rows_win(table, result: TableResult) -> tuple[list, int]:
-    """An upsert result's images, without those whose key's live row came from a newer record
-    (module docstring); `result.upsert.touched` loses those keys too. (data files, keys dropped)."""
-    from router.catalog.locate import locate_keys
-
-    work = result.upsert
-    names = set(table.schema().column_names)
-    if not {"_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"} <= names:
-        raise ReplayRefused(f"upsert table {result.table} has no Kafka metadata columns: a replay cannot tell "
-                            "a newer row from an older change (tables.metadata_columns)", table=result.table)
-    located = locate_keys(table, work.touched, work.key_columns)
-    if located.num_rows == 0:
-        return list(result.data_files), 0
-    live = _coordinates(table, located, work.key_columns)
-    images = pa.concat_tables([_read(table, f.file_path) for f in result.data_files]) if result.data_files else None
-    if images is None or images.num_rows == 0:
-        return list(result.data_files), 0
-    newer = set()
-    image_rows = images.select([*work.key_columns, "_kafka_topic", "_kafka_partition", "_kafka_offset",
-                                "_kafka_timestamp"]).to_pylist()
-    for image in image_rows:
-        key = tuple(image[c] for c in work.key_columns)
-        for row in live.get(key, ()):
-            same = (row["_kafka_topic"], row["_kafka_partition"]) == (image["_kafka_topic"], image["_kafka_partition"])
-            if (same and row["_kafka_offset"] > image["_kafka_offset"]) or (
-                    not same and row["_kafka_timestamp"] is not None and image["_kafka_timestamp"] is not None
-                    and row["_kafka_timestamp"] > image["_kafka_timestamp"]):
-                newer.add(key)
-    if not newer:
-        return list(result.data_files), 0
-    keep = pa.array([tuple(r[c] for c in work.key_columns) not in newer for r in image_rows])
-    kept = images.filter(keep)
-    files = write_data_files(table, kept) if kept.num_rows else []
-    touched = work.touched.filter(pa.array([tuple(r[c] for c in work.key_columns) not in newer
-                                            for r in work.touched.select(list(work.key_columns)).to_pylist()]))
-    result.upsert = replace(work, touched=touched)
-    delete_quietly(table.io, [f.file_path for f in result.data_files])
-    result.data_files = files
-    return files, len(newer)
-
-
-def _read(table, path: str) -> pa.Table:
-    with table.io.new_input(path).open() as stream:
-        return pq.read_table(stream)
-
-
-def _coordinates(table, located: pa.Table, key_columns) -> dict[tuple, list[dict]]:
-    """key -> the Kafka coordinates of its live rows."""
-    out: dict[tuple, list[dict]] = defaultdict(list)
-    columns = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
-    for path in set(located.column("file_path").to_pylist()):
-        mine = located.filter(pc.equal(located.column("file_path"), path))
-        rows = _read(table, path).select(columns).take(mine.column("pos"))
-        for key, coords in zip(mine.select(list(key_columns)).to_pylist(), rows.to_pylist()):
-            out[tuple(key[c] for c in key_columns)].append(coords)
-    return out
-
-
-def commit_letters(config: RouterConfig, done: set[tuple], new_letters: pa.Table, counts: dict) -> None:
-    """Step 2: the letters in `done` (identities) deleted and `new_letters` appended, in one transaction,
-    located again on every attempt (the job may have appended or merged the table's files meanwhile)."""
-    prop = REPLAYS_PROPERTY.format(job=config.job.name)
-    last: Exception | None = None
-    for attempt in range(COMMIT_RETRIES + 1):
-        dlq = load_table(config.catalog, config.dlq.table, refresh=True)
-        files = snapshot_files(dlq)
-        letters = letters_at(dlq, Selection())
-        rows = letters.select(["table_name", "route", "topic", "partition", "offset", FILE, POS]).to_pylist()
-        gone = [(r[FILE], r[POS]) for r in rows if identity(r) in done]
-        written, deletes = [], []
-        try:
-            deletes = write_position_deletes(dlq, pa.table({"file_path": [p for p, _ in gone],
-                                                            "pos": pa.array([i for _, i in gone], pa.int64())}),
-                                             files) if gone else []
-            written = write_data_files(dlq, new_letters) if new_letters.num_rows else []
-            previous = json.loads(dlq.metadata.properties.get(prop) or "{}")
-            stats = {k: int(previous.get(k, 0)) + counts.get(k, 0) for k in REPLAY_COUNTS}
-            stats["last_run"] = round(time.time(), 3)
-            tx = StagedTransaction(dlq)
-            tx.set_properties({prop: json.dumps(stats, sort_keys=True)})
-            row_delta(tx, written, deletes, snapshot_properties={"icerouter.replay": str(len(gone)),
-                                                                 **carried_progress(dlq)})
-            tx.commit_transaction()
-            return
-        except (CommitFailedException, ValidationException) as exc:
-            last = exc
-            delete_quietly(dlq.io, [f.file_path for f in [*written, *deletes]])
-            backoff(attempt)
-    raise RuntimeError(f"replay commit of {config.dlq.table} failed after {COMMIT_RETRIES + 1} attempts: {last}")
-
-
 # ----------------------------------------------------------------------------- the command
 
 def replay(config: RouterConfig, selection: Selection, dry_run: bool = False) -> ReplayReport:
@@ -463,9 +241,9 @@ def replay(config: RouterConfig, selection: Selection, dry_run: bool = False) ->
     results = {r.table: r for r in writer.run(as_source(letters))}
     ordered = writer.source
     failing, landed = _outcomes(writer, ordered)
-    identities = [identity(r) for r in ordered.select(["__replay_table", "__replay_route", "topic", "partition",
-                                                       "offset"]).rename_columns(
-        ["table_name", "route", "topic", "partition", "offset"]).to_pylist()]
+    identities = [identity({"table_name": t, "route": r, "topic": topic, "partition": p, "offset": o})
+                  for t, r, topic, p, o in zip(*(ordered.column(c).to_pylist() for c in (
+                      TARGET_TABLE, TARGET_ROUTE, "topic", "partition", "offset")))]
     crash_point("replay_write")
     if dry_run:
         report.rows_by_table = dict(writer.would_write)

@@ -23,7 +23,8 @@ from router.catalog import load_table
 from router.config import load_config
 from router.driver.dispatcher import Dispatcher
 from router.operations.letters import Selection, read_letters
-from router.operations.replay import REPLAYED_PROPERTY, REPLAYS_PROPERTY, add_offsets, holds
+from router.catalog.dead_letter_table import REPLAYS_PROPERTY
+from router.operations.replay_commits import REPLAYED_PROPERTY, add_offsets, holds
 from router.progress import stored_progress
 from tests.router.executor.test_partition import read, run_batch, source_batch
 
