@@ -205,3 +205,38 @@ def test_offsets_taken_from_replays_merge_into_runs():
     ranges = add_offsets(ranges, {"t/0": [6, 8, 7], "t/1": [0]})
     assert ranges == {"t/0": [[3, 9]], "t/1": [[0, 0]]}
     assert holds(ranges, "t/0", 7) and not holds(ranges, "t/0", 2) and not holds(ranges, "t/2", 0)
+
+
+def test_a_letter_that_lands_in_one_table_and_fails_in_another(tmp_path, registry_url, unique_name):
+    """An unmatched record replayed after two routes were added: one table takes it, the other's
+    policy refuses it; the letter is replaced by one for the refusing table alone, whose own replay
+    later lands there without writing the first table's row again."""
+    ns = unique_name("r")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    first, _ = make_letters(tmp_path, ns, registry_url, props)
+    misc, copy = f"{ns}.misc", f"{ns}.copy"
+    v2 = data.Encoder(data.ORDER_V2, data.register(registry_url, f"{misc}-v2", data.ORDER_V2))
+    run_batch(Dispatcher(load_config(first)), [source_batch([(misc, 0, 2, v2(data.order(102, version=2)), None)])], 2)
+    config_of = {}
+    for name, strict in (("both.yaml", True), ("relaxed.yaml", False)):
+        raw = yaml.safe_load(open(first).read())
+        raw["routes"] = [r for r in raw["routes"] if r["name"] == "raw"] + [
+            {"name": "misc", "topic": rf"{ns}\.misc", "table": misc},
+            {"name": "misc-copy", "topic": rf"{ns}\.misc", "table": copy,
+             **({"evolution": {"new_column": "dlq"}} if strict else {})}]
+        (tmp_path / name).write_text(yaml.safe_dump(raw))
+        config_of[name] = str(tmp_path / name)
+    config = load_config(config_of["both.yaml"])
+
+    done = dlq(config_of["both.yaml"], "replay", "--topic", misc, "--format", "json")
+    assert done.returncode == 1, done.stderr  # misc 2 still fails for copy (a new column)
+    assert json.loads(done.stdout)["still_failing"] == {"evolution_violation": 1}
+    assert offsets_in(config, misc) == [(misc, 0), (misc, 1), (misc, 2)]
+    assert (misc, 0) in offsets_in(config, copy) and (misc, 2) not in offsets_in(config, copy)
+    assert [r for r in letters_of(config) if r[0] == misc] == [(misc, 2, "evolution_violation", copy)]
+
+    again = dlq(config_of["relaxed.yaml"], "replay", "--topic", misc)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert offsets_in(config, misc) == [(misc, 0), (misc, 1), (misc, 2)]  # misc took nothing again
+    assert [o for t, o in offsets_in(config, copy) if t == misc] == [0, 1, 2]
+    assert [r for r in letters_of(config) if r[0] == misc] == []
