@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import json
 import re
+from dataclasses import replace
 
 from router.config import load_config
 
@@ -114,9 +115,10 @@ def cmd_dlq(args) -> int:
     if not config.dlq.table:
         raise ConfigError("dlq: the configuration has no dlq.table")
     selection = Selection(args.reason, args.table, args.topic, args.since, args.until)
+    if args.action == "replay" and selection == Selection() and not args.all:
+        raise ConfigError("dlq replay: give a selection (--reason, --table, --topic, --since, --until) or --all")
+    selection = replace(selection, job=config.job.name)  # this job's letters (jobs may share the table)
     if args.action == "replay":
-        if selection == Selection() and not args.all:
-            raise ConfigError("dlq replay: give a selection (--reason, --table, --topic, --since, --until) or --all")
         from router.operations.dlq import catalog_reached
         from router.operations.replay import replay
 

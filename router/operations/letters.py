@@ -32,6 +32,7 @@ class Selection:
     topic: str | None = None
     since: dt.datetime | None = None  # failed_at >= since
     until: dt.datetime | None = None  # failed_at < until
+    job: str | None = None  # letters the job of this name wrote (jobs may share a dead-letter table)
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in (("reason", self.reason), ("table", self.table), ("topic", self.topic),
@@ -43,7 +44,7 @@ def select_mask(letters: pa.Table, selection: Selection) -> pa.Array:
     """Boolean mask of the rows of `letters` the selection takes."""
     mask = pa.array([True] * letters.num_rows, pa.bool_())
     for column, wanted in (("error_class", selection.reason), ("table_name", selection.table),
-                           ("topic", selection.topic)):
+                           ("topic", selection.topic), ("job", selection.job)):
         if wanted is not None:
             mask = pc.and_(mask, pc.fill_null(pc.equal(letters.column(column), wanted), False))
     failed_at = letters.column("failed_at") if "failed_at" in letters.column_names else None
@@ -66,7 +67,7 @@ def read_letters(catalog, table: str, selection: Selection = Selection(),
         schema = DLQ_ARROW_SCHEMA if columns is None else pa.schema([DLQ_ARROW_SCHEMA.field(c) for c in columns])
         return schema.empty_table()
     needed = None if columns is None else tuple(dict.fromkeys(
-        (*columns, "error_class", "table_name", "topic", "failed_at")))
+        (*columns, "error_class", "table_name", "topic", "failed_at", "job")))
     scan = dlq.scan() if needed is None else dlq.scan(selected_fields=needed)
     letters = scan.to_arrow()
     letters = letters.filter(select_mask(letters, selection))

@@ -93,7 +93,7 @@ def letters_at(dlq, selection: Selection, columns: tuple[str, ...] | None = None
     (__file, __pos: its data file and row), the deleted rows left out; all columns unless `columns`
     (the selection's columns are read too)."""
     wanted = DLQ_ARROW_SCHEMA if columns is None else pa.schema([f for f in DLQ_ARROW_SCHEMA if f.name in set(
-        columns) | {"error_class", "table_name", "topic", "partition", "offset", "failed_at"}])
+        columns) | {"error_class", "table_name", "topic", "partition", "offset", "failed_at", "job"}])
     schema = wanted.append(pa.field(FILE, pa.string())).append(pa.field(POS, pa.int64()))
     files = snapshot_files(dlq)
     parts = []
@@ -231,7 +231,8 @@ def commit_letters(config: RouterConfig, done: set[tuple], new_letters: pa.Table
     for attempt in range(COMMIT_RETRIES + 1):
         dlq = load_table(config.catalog, config.dlq.table, refresh=True)
         files = snapshot_files(dlq)
-        letters = letters_at(dlq, Selection(), columns=("table_name", "route", "topic", "partition", "offset"))
+        letters = letters_at(dlq, Selection(job=config.job.name),
+                             columns=("table_name", "route", "topic", "partition", "offset"))
         rows = letters.select(["table_name", "route", "topic", "partition", "offset", FILE, POS]).to_pylist()
         gone = [(r[FILE], r[POS]) for r in rows if identity(r) in done]
         written, deletes = [], []

@@ -27,7 +27,7 @@ from router.catalog.progress_views import table_views
 from router.config import RouterConfig
 from router.exceptions import ServiceUnavailable
 from router.masking import mask_url
-from router.operations.letters import read_letters, summarize
+from router.operations.letters import Selection, read_letters, summarize
 from router.progress import stored_progress
 from router.routing import RoutingTable
 from router.source.offsets import tp_key
@@ -196,8 +196,8 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
         wanted = tables + ([config.dlq.table] if config.dlq.table else [])
         views = table_views(config.catalog, wanted)
         state.lease = _lease(config, now) if config.job.lease_seconds else None
-        letters = read_letters(config.catalog, config.dlq.table, columns=("error_class", "table_name", "topic",
-                                                                          "failed_at")) \
+        letters = read_letters(config.catalog, config.dlq.table, Selection(job=config.job.name),
+                               columns=("error_class", "table_name", "topic", "failed_at")) \
             if config.dlq.table else None
     except ServiceUnavailable:
         raise

@@ -240,3 +240,18 @@ def test_a_letter_that_lands_in_one_table_and_fails_in_another(tmp_path, registr
     assert offsets_in(config, misc) == [(misc, 0), (misc, 1), (misc, 2)]  # misc took nothing again
     assert [o for t, o in offsets_in(config, copy) if t == misc] == [0, 1, 2]
     assert [r for r in letters_of(config) if r[0] == misc] == []
+
+
+def test_jobs_sharing_a_dead_letter_table_see_their_own_letters(tmp_path, registry_url, unique_name):
+    ns = unique_name("r")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    _, fixed = make_letters(tmp_path, ns, registry_url, props)
+    other = tmp_path / "other.yaml"
+    raw = yaml.safe_load(open(fixed).read())
+    raw["job"]["name"] = "another_job"
+    other.write_text(yaml.safe_dump(raw))
+    summary = dlq(str(other), "summary", "--format", "json")
+    assert summary.returncode == 0 and json.loads(summary.stdout)["total"] == 0
+    untouched = dlq(str(other), "replay", "--all", "--format", "json")
+    assert untouched.returncode == 0 and json.loads(untouched.stdout)["selected"] == 0
+    assert json.loads(dlq(fixed, "summary", "--format", "json").stdout)["total"] == 6
