@@ -6,7 +6,8 @@ topics, produces Avro records, runs the streaming job live, then changes the
 data under it: version 2 of the schema (a new field, int -> long), a topic that
 appears mid-run, fan-out by header, fan-in of three topics into one table and a
 poison record; then a Debezium change stream mirrored into an upsert table with
-position deletes. Ends with a table of tables read back through DuckDB.
+position deletes; then topics without a registry: plain JSON (columns inferred) and
+the change stream as Debezium's JSON. Ends with a table of tables read back through DuckDB.
 
 Shutdown order matters for a clean last screen: the Spark session (and with it
 every Python worker holding a Kafka client) stops before the broker does.
@@ -14,6 +15,7 @@ every Python worker holding a Kafka client) stops before the broker does.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -37,6 +39,8 @@ from router.driver.session import build_spark
 REGIONS = ("eu", "us")
 CDC_TOPIC = "cdc.customers"
 CLICK_TOPICS = ("clicks.web", "clicks.ios", "clicks.android")
+JSON_TOPIC = "json.events"  # plain JSON, no registry: columns inferred
+CDC_JSON_TOPIC = "cdc.customers_json"  # Debezium through Kafka Connect's JsonConverter
 
 
 def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_properties: dict | None = None) -> dict:
@@ -44,7 +48,7 @@ def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_proper
     catalog = catalog_properties or {"type": "sql", "uri": f"sqlite:///{workdir / 'catalog.db'}",
                                      "warehouse": (workdir / "warehouse").as_uri()}
     return {
-        "kafka": {"bootstrap_servers": bootstrap, "pattern": r"(shop\..*|clicks\..*|payments|cdc\..*)",
+        "kafka": {"bootstrap_servers": bootstrap, "pattern": r"(shop\..*|clicks\..*|payments|cdc\..*|json\..*)",
                   "client": {"receive.message.max.bytes": 1_000_000_000},
                   "max_records_per_batch": 200_000},
         "registry": {"url": registry_url, "latest_ttl_seconds": 5},
@@ -62,6 +66,9 @@ def demo_config(workdir: Path, bootstrap: str, registry_url: str, catalog_proper
             {"name": "payments-all", "topic": "payments", "table": "payments.all_regions",
              "columns": ["id", "amount", "created_at"]},
             {"name": "customers", "topic": r"cdc\.customers", "table": "crm.customers", "cdc": "debezium"},
+            {"name": "events", "topic": r"json\.events", "table": "analytics.events", "format": "json"},
+            {"name": "customers-json", "topic": r"cdc\.customers_json", "table": "crm.customers_json",
+             "cdc": "debezium", "format": "connect_json"},
         ],
         "dlq": {"table": "ops.dead_letters"},
     }
@@ -132,7 +139,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
     broker = LocalBroker(data_dir=str(root / "broker"), tied_to_parent=True)
     registry = RegistryServer(data_file=str(root / "registry.json"))
     store = LocalObjectStore(str(root / "objectstore"), tied_to_parent=True) if s3 else None
-    query = spark = None
+    query = spark = dispatcher = None
     try:
         print(f"icerouter demo: working in {root}", file=out)
         bootstrap = broker.start()
@@ -147,7 +154,8 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         print(f"  broker {bootstrap}, schema registry {registry_url}, catalog {where}", file=out)
         n_orders = max(1, topics - len(CLICK_TOPICS) - 2)
         order_topics = [f"shop.orders_{i:02d}" for i in range(n_orders)]
-        broker.create_topics(order_topics + list(CLICK_TOPICS) + ["payments", CDC_TOPIC], partitions=3)
+        broker.create_topics(order_topics + list(CLICK_TOPICS) + ["payments", CDC_TOPIC, JSON_TOPIC, CDC_JSON_TOPIC],
+                             partitions=3)
         encoders = {}
         for t in order_topics + ["shop.orders_late"]:
             encoders[(t, 1)] = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{t}-value", data.ORDER_V1))
@@ -159,7 +167,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
         sent = data.produce(bootstrap, _messages(order_topics, 0, records, 1, encoders, click_enc, pay_enc))
         spark = build_spark(config)
         progress = Progress(out)
-        query, _ = start_query(spark, config, listeners=[progress])
+        query, dispatcher = start_query(spark, config, listeners=[progress])
         expected = _expected_rows(order_topics, records)
         print(f"  produced {sent:,} records; starting the job", file=out)
         wait_for(progress, expected, query, timeout=300)
@@ -194,8 +202,11 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
               f"must hold {len(script.rows):,} customers", file=out)
         if not wait_for_rows(config, "crm.customers", set(script.rows), query, timeout=300):
             print("  timed out waiting for crm.customers", file=out)
+        _json_phase(bootstrap, config, query, cdc_rows, out)
         query.stop()
         query = None
+        if dispatcher.group is not None:  # its admin client would retry the broker once it is gone
+            dispatcher.group.close()
         spark.stop()  # its Python workers hold Kafka clients: stop them before the broker goes away
         spark = None
         print("\ntables (read back with DuckDB):", file=out)
@@ -212,6 +223,23 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
             store.stop()
         if temp and not os.environ.get("ICEROUTER_KEEP_DEMO"):
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _json_phase(bootstrap: str, config, query, cdc_rows: int, out) -> None:
+    """Topics without a registry: plain JSON events (columns inferred, one record that is not JSON)
+    and the change stream again, as Debezium writes it through Kafka Connect's JsonConverter."""
+    print(f"phase 4: no registry: plain JSON on {JSON_TOPIC} (columns inferred) and Debezium's JSON on "
+          f"{CDC_JSON_TOPIC} -> crm.customers_json", file=out)
+    events = [(JSON_TOPIC, None, json.dumps(data.json_event(i)).encode(), None) for i in range(1_000)]
+    events.append((JSON_TOPIC, None, b"{not json", None))
+    script = cdc.ChangeScript(seed=43)
+    encode = cdc.DebeziumJsonEncoder(schemas=True)
+    changes = [*script.snapshot(cdc_rows // 4), *script.mixed(cdc_rows // 4), *script.change_key()]
+    data.produce(bootstrap, iter(events + [encode(CDC_JSON_TOPIC, e) for e in changes]))
+    print(f"  produced {len(events):,} JSON events and {len(changes):,} Debezium JSON events; crm.customers_json "
+          f"must hold {len(script.rows):,} customers", file=out)
+    if not wait_for_rows(config, "crm.customers_json", set(script.rows), query, timeout=300):
+        print("  timed out waiting for crm.customers_json", file=out)
 
 
 def _expected_rows(order_topics, records: int) -> int:

@@ -91,6 +91,15 @@ def click(i: int) -> dict:
             "at": dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=i)}
 
 
+def json_event(i: int) -> dict:
+    """A plain JSON event as a service writes it: no registry, a nested object, an optional field."""
+    event = {"id": i, "user": f"user-{i % 300}", "page": {"path": f"/p/{i % 41}", "ms": 20 + i % 400},
+             "at": (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i)).isoformat()}
+    if i % 4 == 0:
+        event["referrer"] = "https://example.com/"
+    return event
+
+
 def register(registry_url: str, subject: str, schema: dict) -> int:
     client = SchemaRegistryClient({"url": registry_url})
     return client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))

@@ -131,3 +131,4 @@ class GroupCommitter:
         if behind:
             self.commit()
         self._pool.shutdown(wait=False)
+        self._admin = None  # its client reconnects to the brokers for as long as it lives

@@ -1,5 +1,5 @@
-"""`icerouter demo` as a newcomer runs it (smaller): the stack starts, the job runs, the stack stops,
-and the last screen is clean (no Kafka client errors after the broker stops, no Spark WARN lines)."""
+"""`icerouter demo` as a newcomer runs it (smaller): the stack starts, the job runs (Avro,
+Protobuf-free, plain JSON and Debezium JSON topics), the stack stops, and the last screen is clean (no Kafka client errors after the broker stops, no Spark WARN lines)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ def test_demo_runs_and_cleans_up(tmp_path, storage):
     assert {"analytics.clicks", "payments.eu", "payments.us", "payments.all_regions", "ops.dead_letters",
             "raw.shop_orders_late"} <= names
     rows = {line.split()[0]: int(line.split()[1].replace(",", "")) for line in table_lines}
-    assert rows["ops.dead_letters"] == 2 and rows["raw.shop_orders_late"] == 500
+    assert rows["ops.dead_letters"] == 3 and rows["raw.shop_orders_late"] == 500
+    assert rows["analytics.events"] == 1_000  # plain JSON, no registry: columns inferred
+    must_hold_json = int(re.search(r"crm.customers_json must hold ([\d,]+) customers", out).group(1).replace(",", ""))
+    assert rows["crm.customers_json"] == must_hold_json  # Debezium's JSON, mirrored like its Avro
     # the change stream: as many live customers as the source table holds, replaced rows in delete files
     must_hold = int(re.search(r"the table must hold ([\d,]+) customers", out).group(1).replace(",", ""))
     customers = next(line.split() for line in table_lines if line.startswith("crm.customers"))
@@ -39,7 +42,7 @@ def test_demo_runs_and_cleans_up(tmp_path, storage):
     assert versions["raw.shop_orders_00"] == 2  # v2: new column + int -> long applied live
     # the dead letters are attributed to the topics the poison records were sent to
     by_topic = next(line for line in out.splitlines() if line.startswith("dead letters by source topic:"))
-    assert by_topic == "dead letters by source topic: shop.orders_00=1, shop.orders_02=1"
+    assert by_topic == "dead letters by source topic: json.events=1, shop.orders_00=1, shop.orders_02=1"
     # a clean last screen: no librdkafka errors, no Spark start-up chatter
     everything = out + result.stderr
     assert not re.search(r"rdkafka|Connection refused|Connect to ipv4|\|FAIL\|", everything), everything[-3000:]
