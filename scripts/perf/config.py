@@ -38,6 +38,7 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
     from router.config import parse_config
 
     routes = [{"name": "per-topic", "topic": pattern, "table": NAMESPACE + ".{topic}"}]
+    value_format = getattr(args, "value_format", None)  # an unframed format: every route reads it
     if args.fan_in:
         routes.append({"name": "fan-in", "topic": pattern, "table": FAN_IN_TABLE})
     maintenance = {}
@@ -65,7 +66,7 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
                 **({"metrics": {"port": 0, "host": "127.0.0.1"}} if getattr(args, "metrics", False) else {}),
                 "spark": spark or {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [NAMESPACE, "ops", "warm"]},
-        "routes": routes,
+        "routes": [{**r, "format": value_format} for r in routes] if value_format else routes,
         "maintenance": maintenance,
     })
 

@@ -78,6 +78,20 @@ def payload_pool(size: int = POOL_SIZE, seed: int = 7) -> list[bytes]:
     return out
 
 
+def json_pool(size: int = POOL_SIZE, seed: int = 7) -> list[bytes]:
+    """The same records as `payload_pool`, as plain JSON objects (decimal as a number, times as ISO text)."""
+    import json as _json
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(size):
+        record = make_record(rng, i)
+        record.update(amount=float(record["amount"]), created_at=record["created_at"].isoformat(),
+                      updated_at=record["updated_at"].isoformat())
+        out.append(_json.dumps(record).encode())
+    return out
+
+
 def register_topics(registry_url: str, topics: list[str]) -> dict[str, int]:
     """Register one schema per topic subject; returns topic -> schema id."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient

@@ -1,7 +1,7 @@
 """One Spark task's write path in process: what a record costs once it has been read.
 
     python scripts/bench_task.py [--records 125000] [--topics 50] [--rounds 5] [--layout runs|interleaved]
-                                 [--row-sort-baseline] [--profile] [--json FILE]
+                                 [--row-sort-baseline] [--profile] [--format avro,json,raw] [--json FILE]
 
 Feeds `router.executor.tasks.process_partition` (route, decode, evolve, write,
 commit in the task) the Arrow batches a fused source task hands it: the
@@ -40,7 +40,7 @@ from scripts.perf.report import emit
 
 
 def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: list[bytes], first_offset: int,
-                   layout: str = "runs"):
+                   layout: str = "runs", framed: bool = True):
     """The batches a fused source task hands over.
 
     "runs": each partition's records in offset order, partitions one after the
@@ -56,7 +56,7 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
     from router.source.schema import kafka_arrow_schema
 
     schema = kafka_arrow_schema()
-    prefixes = {t: struct.pack(">bI", 0, ids[t]) for t in topics}
+    prefixes = {t: struct.pack(">bI", 0, ids[t]) if framed else b"" for t in topics}
     if layout == "runs":
         per_partition = records // (len(topics) * 3)
         runs = [(t, p) for t in topics for p in range(3)]
@@ -85,7 +85,7 @@ def source_batches(records: int, topics: list[str], ids: dict[str, int], pool: l
 
 def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "runs",
         row_sort_baseline: bool = False, profile_out: str | None = None, merge_at: int | None = None,
-        transient_codec: str | None = None) -> dict:
+        transient_codec: str | None = None, value_format: str = "avro") -> dict:
     from router.descriptors import STATS_ROW
     from router.devstack.registry_server import RegistryServer
     from router.driver.dispatcher import Dispatcher
@@ -98,15 +98,15 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
     try:
         topics = [f"orders.{i:03d}" for i in range(n_topics)]
         ids = data.register_topics(url, topics)
-        pool = data.payload_pool()
-        args = argparse.Namespace(fan_in=True, catch_up="turns", expire_every=0, max_snapshot_age=0,
+        pool = data.payload_pool() if value_format in ("avro", "raw") else data.json_pool()
+        args = argparse.Namespace(value_format=None if value_format == "avro" else value_format,fan_in=True, catch_up="turns", expire_every=0, max_snapshot_age=0,
                                   batch_records=records, trigger=1, commit_threads=0, commit_in="tasks",
                                   merge_at=merge_at, transient_codec=transient_codec)
         dispatcher = Dispatcher(job_config(args, root, "127.0.0.1:9", url, {}))
         rounds_out, profiler = [], None
         segment_rows = partition.ROWS_PER_SEGMENT
         for batch_id in range(rounds + 1):
-            batches = source_batches(records, topics, ids, pool, batch_id * records, layout)
+            batches = source_batches(records, topics, ids, pool, batch_id * records, layout, value_format == "avro")
             ctx = dispatcher.context(batch_id)
             baseline_round = row_sort_baseline and batch_id % 2 == 0
             # the baseline: every row sorted and gathered, however the records arrive
@@ -134,7 +134,7 @@ def run(records: int, n_topics: int, rounds: int, profile: bool, layout: str = "
         shutil.rmtree(root, ignore_errors=True)  # its catalog, warehouse and registry file
     steady = [r for r in rounds_out[1:] if not r["row_sort"]]
     median = statistics.median(r["seconds"] for r in steady)
-    result = {"benchmark": "task", "layout": layout, "records": records, "topics": n_topics, "tables": n_topics + 1,
+    result = {"benchmark": "task", "format": value_format, "layout": layout, "records": records, "topics": n_topics, "tables": n_topics + 1,
               "first_round": rounds_out[0], "steady_rounds": steady,
               "steady_median_s": round(median, 3), "us_per_record": round(median / records * 1e6, 2),
               "steady_phase_median_s": {k: round(statistics.median(r[k] for r in steady), 3)
@@ -176,11 +176,23 @@ def main(argv: list[str] | None = None) -> int:
                                        "process (e.g. 0,16,0,16: without and with inline merging); default: the job's")
     ap.add_argument("--transient-codec", help="with --merge-at: maintenance.transient_file_codec, or a comma list run "
                                               "in turn for each --merge-at (e.g. table,uncompressed)")
+    ap.add_argument("--format", default="avro",
+                    help="how the values are written and read: avro (registry framing), json (inferred), raw; "
+                         "or a comma list run in turn in this process (e.g. avro,json,raw)")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
+    if "," in args.format:
+        runs = [run(args.records, args.topics, args.rounds, args.profile, args.layout, value_format=f)
+                for f in args.format.split(",")]
+        avro = next((r["steady_median_s"] for r in runs if r["format"] == "avro"), None)
+        for r in runs:
+            r["records_per_s"] = round(r["records"] / r["steady_median_s"])
+            if avro:
+                r["rate_vs_avro"] = round(avro / r["steady_median_s"], 2)
+        return emit({"benchmark": "task_formats", "runs": runs}, args.json_file)
     if not args.merge_at:
         return emit(run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
-                        args.profile_out), args.json_file)
+                        args.profile_out, value_format=args.format), args.json_file)
     runs = [run(args.records, args.topics, args.rounds, args.profile, args.layout, args.row_sort_baseline,
                 args.profile_out, int(at), codec or None) for at in args.merge_at.split(",")
             for codec in (args.transient_codec or "").split(",")]
