@@ -10,10 +10,11 @@ import dataclasses
 
 from router.descriptors import DispatchContext
 from router.executor.fused_reader import (
-    CONTEXT_KEY, HANDOFF_KEY, SOURCE_NAME, FusedDataSource, decode_context, encode_context, process_ranges,
+    HANDOFF_KEY, SOURCE_NAME, FusedDataSource, process_ranges,
 )
 from router.source.datasource import RESUME_KEY
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+from router.source.sealed import seal, unseal
 
 
 def fused_stream(spark, options: KafkaSourceOptions, ctx: DispatchContext, handoff_file: str,
@@ -26,9 +27,11 @@ def fused_stream(spark, options: KafkaSourceOptions, ctx: DispatchContext, hando
         # 6 tasks 78,000, on 2 cores); pack_ranges splits hot partitions to keep the wave even.
         options = dataclasses.replace(options, target_tasks=spark.sparkContext.defaultParallelism)
     spark.dataSource.register(FusedDataSource)
-    return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
-            .option(CONTEXT_KEY, encode_context(ctx)).option(HANDOFF_KEY, handoff_file)
-            .option(RESUME_KEY, resume_json or "").load())
+    # the secrets (client config, the context's credentials) go in a sealed file, not in an option:
+    # Spark shows options in plans, the UI, the event log and DEBUG logs (router/source/sealed.py)
+    sealed = options.sealed_with(seal(spark, {"client_config": dict(options.client_config), "context": ctx}))
+    return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, sealed.to_json())
+            .option(HANDOFF_KEY, handoff_file).option(RESUME_KEY, resume_json or "").load())
 
 
 def redirect_pass(spark, options_json: str, task_ranges: list[list[tuple]],
@@ -36,12 +39,14 @@ def redirect_pass(spark, options_json: str, task_ranges: list[list[tuple]],
     """Re-read the batch's ranges and dead-letter the records of `ctx.redirect` tables only."""
     if not task_ranges:
         return []
-    payload = encode_context(ctx)
+    options = KafkaSourceOptions.from_json(options_json)
+    name = seal(spark, {"client_config": dict(options.resolved().client_config), "context": ctx})
+    sealed_json = options.sealed_with(name).to_json()  # the task closure carries no secret either
 
     def run(items):
-        context = decode_context(payload)
+        context = unseal(name)["context"]
         for ranges in items:
-            for out in process_ranges(options_json, ranges, context):
+            for out in process_ranges(sealed_json, ranges, context):
                 yield from zip(out.column(0).to_pylist(), out.column(1).to_pylist())
 
     return spark.sparkContext.parallelize(task_ranges, len(task_ranges)).mapPartitions(run).collect()

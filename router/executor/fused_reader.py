@@ -9,6 +9,10 @@ same ranges) while the payloads never leave Python: each task reads its packed
 offset ranges, runs the executor write path (route, decode, evolve, write) and
 yields the small per-table descriptors that the driver commits.
 
+The task context (catalog, registry and Kafka credentials included) reaches the tasks in the sealed
+file the source options name (router/source/sealed.py), not in an option: Spark displays options.
+``icerouter.dispatch`` (the context as base64 pickle) is still read when a caller sets it.
+
 The quarantine set and the id of the next batch are handed to tasks through a
 small JSON file in the driver's temporary directory, written at start (from the
 checkpoint) and after each batch, read when the next batch's tasks are planned
@@ -37,6 +41,7 @@ from router.exceptions import crossing_process_boundary
 from router.jsonfile import write_json_atomic
 from router.source.datasource import DEFAULT_TARGET_TASKS, RESUME_KEY, KafkaDataSource, KafkaStreamReader
 from router.source.offsets import Range, pack_ranges
+from router.source.sealed import unseal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,7 +105,7 @@ class FusedPartition(InputPartition):
 
 
 class FusedStreamReader(KafkaStreamReader):
-    def __init__(self, options_json: str, context: str, handoff_file: str | None,
+    def __init__(self, options_json: str, context: str | None, handoff_file: str | None,
                  resume_json: str | None = None) -> None:
         super().__init__(options_json, resume_json)
         self.context, self.handoff_file = context, handoff_file
@@ -118,7 +123,7 @@ class FusedStreamReader(KafkaStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FusedPartition)
-        ctx = decode_context(self.context)
+        ctx = decode_context(self.context) if self.context else unseal(self.options.sealed)["context"]
         if partition.quarantined:
             ctx = replace(ctx, quarantined=ctx.quarantined | partition.quarantined)
         if partition.batch_id is not None:  # the tasks commit: their snapshots name the batch
@@ -135,5 +140,5 @@ class FusedDataSource(KafkaDataSource):
         return descriptor_struct()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FusedStreamReader(self._options_json(), self.options[CONTEXT_KEY], self.options.get(HANDOFF_KEY),
+        return FusedStreamReader(self._options_json(), self.options.get(CONTEXT_KEY), self.options.get(HANDOFF_KEY),
                                  self.options.get(RESUME_KEY))

@@ -19,6 +19,7 @@ from router.source.exceptions import (
 )
 from router.source.offsets import ResumePlan, split_key
 from router.source.options import OPTIONS_KEY, KafkaSourceOptions
+from router.source.sealed import seal
 from router.source.spark_options import to_jvm_options
 
 if TYPE_CHECKING:
@@ -78,5 +79,7 @@ def kafka_stream(spark: "SparkSession", options: KafkaSourceOptions, *, force_py
     if options.target_tasks is None:
         options = dataclasses.replace(options, target_tasks=2 * spark.sparkContext.defaultParallelism)
     spark.dataSource.register(KafkaDataSource)
+    # the client config (SASL and TLS secrets) in a sealed file, not in the option Spark displays
+    options = options.sealed_with(seal(spark, {"client_config": dict(options.client_config)}))
     return (spark.readStream.format(SOURCE_NAME).option(OPTIONS_KEY, options.to_json())
             .option(RESUME_KEY, resume_json or "").load())

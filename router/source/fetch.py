@@ -59,6 +59,7 @@ _LOCK = threading.Lock()
 
 
 def consumer_config(options: KafkaSourceOptions) -> dict[str, str]:
+    options = options.resolved()
     digest = hashlib.sha1(options.bootstrap.encode()).hexdigest()[:12]
     return {
         **CONSUMER_DEFAULTS,

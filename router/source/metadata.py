@@ -64,7 +64,7 @@ class BrokerMetadata:
     """Lazily connected metadata client; never pickled (created on first use)."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
-        self.options = options
+        self.options = options = options.resolved()
         self._admin: AdminClient | None = None
         level = options.client_config.get("isolation.level", "read_committed")
         self.isolation = ISOLATION.get(level, IsolationLevel.READ_COMMITTED)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Union
 
 from router.source.exceptions import SourceOptionsError
@@ -61,6 +61,7 @@ class KafkaSourceOptions:
     max_idle_polls: int = 30
     include_headers: bool = True
     null_empty_headers: bool = True
+    sealed: str | None = None  # the client config is in this sealed file (router/source/sealed.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(self.topics))
@@ -121,6 +122,7 @@ class KafkaSourceOptions:
             "max_idle_polls": self.max_idle_polls,
             "include_headers": self.include_headers,
             "null_empty_headers": self.null_empty_headers,
+            "sealed": self.sealed,
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
@@ -137,6 +139,19 @@ class KafkaSourceOptions:
             return cls(**doc)
         except TypeError as exc:
             raise SourceOptionsError(f"unknown or missing source option: {exc}") from None
+
+    def sealed_with(self, name: str) -> "KafkaSourceOptions":
+        """These options without their client config, which the sealed file `name` holds instead: what
+        a Spark option may carry (the config holds the SASL and TLS secrets)."""
+        return replace(self, client_config={}, sealed=name)
+
+    def resolved(self) -> "KafkaSourceOptions":
+        """The options with their client config, read from the sealed file when they were sealed."""
+        if self.sealed is None:
+            return self
+        from router.source.sealed import unseal  # deferred: needs pyspark, in a Spark process
+
+        return replace(self, client_config=unseal(self.sealed)["client_config"], sealed=None)
 
     def __repr__(self) -> str:
         subscription = f"topics={list(self.topics)!r}" if self.topics else f"pattern={self.pattern!r}"
