@@ -7,7 +7,9 @@ A Debezium envelope is a record with ``op`` (string: c, r, u, d), ``after`` and
 usually ``before`` (the row before and after the change, one struct type) and
 metadata (``source``, ``ts_ms``, ``transaction``). The table holds the rows: its
 columns are the fields of ``after``, with field ids numbered as a fresh schema
-(exactly what ``avro_to_iceberg`` gives the row record on its own).
+(exactly what ``avro_to_iceberg`` gives the row record on its own). The flattened
+records of Debezium's ExtractNewRecordState (the row, with ``__op`` and, under
+``delete.handling.mode=rewrite``, ``__deleted``) are read as change events too.
 
 Key columns must be top-level primitive columns of the table, and, to be
 declared as Iceberg identifier fields, required and not float/double (the
@@ -27,10 +29,14 @@ from pyiceberg.types import (
 
 from router.changes.exceptions import EnvelopeError, KeyColumnsError
 
-__all__ = ["OP_FIELD", "BEFORE_FIELD", "AFTER_FIELD", "KeyProblem", "debezium_table_schema",
+__all__ = ["OP_FIELD", "BEFORE_FIELD", "AFTER_FIELD", "FLAT_OP_FIELD", "FLAT_DELETED_FIELD", "FLAT_FIELDS",
+           "is_flattened", "KeyProblem", "debezium_table_schema",
            "envelope_row_type", "key_columns_from_key_schema", "check_key_columns", "check_sequence_by"]
 
 OP_FIELD, BEFORE_FIELD, AFTER_FIELD = "op", "before", "after"
+#: fields ExtractNewRecordState adds for the change itself (add.fields=op; delete.handling.mode=rewrite)
+FLAT_OP_FIELD, FLAT_DELETED_FIELD = "__op", "__deleted"
+FLAT_FIELDS = frozenset({FLAT_OP_FIELD, FLAT_DELETED_FIELD})
 
 #: Types a ``sequence_by`` column may have: they order the same way in Iceberg and Arrow.
 SEQUENCE_TYPES: tuple[type, ...] = (IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType,
@@ -68,8 +74,17 @@ def envelope_row_type(envelope: Schema) -> StructType:
     return after.field_type
 
 
+def is_flattened(names: Sequence[str]) -> bool:
+    """Debezium's ExtractNewRecordState output: the row itself plus ``__op`` / ``__deleted`` (no envelope)."""
+    return OP_FIELD not in names and AFTER_FIELD not in names and bool(FLAT_FIELDS & set(names))
+
+
 def debezium_table_schema(envelope: Schema) -> Schema:
-    """The table's schema for an envelope: ``after``'s fields as top-level columns, fresh field ids."""
+    """The table's schema for an envelope: ``after``'s fields as top-level columns, fresh field ids.
+    A flattened record's table is the record without ``__op`` and ``__deleted`` (its ``__source_*``
+    and other added fields stay: ``sequence_by: __source_lsn`` orders by one)."""
+    if is_flattened([f.name for f in envelope.fields]):
+        return assign_fresh_schema_ids(Schema(*[f for f in envelope.fields if f.name not in FLAT_FIELDS]))
     return assign_fresh_schema_ids(Schema(*envelope_row_type(envelope).fields))
 
 

@@ -41,7 +41,9 @@ import pyarrow.compute as pc
 from registry.client import CachedRegistry
 from registry.decode import DecodeFailure, DecodeResult, decode_keys
 from router.arrays import one_chunk
-from router.changes.envelope import AFTER_FIELD, BEFORE_FIELD, OP_FIELD
+from router.changes.envelope import (
+    AFTER_FIELD, BEFORE_FIELD, FLAT_DELETED_FIELD, FLAT_FIELDS, FLAT_OP_FIELD, OP_FIELD, is_flattened,
+)
 from router.changes.exceptions import ChangeStreamError
 from router.routing.columns import field_column
 
@@ -266,6 +268,21 @@ def _debezium_ops(values: pa.Table | pa.RecordBatch, bad: _Bad) -> np.ndarray:
     return ops
 
 
+def _flattened_ops(values: pa.Table | pa.RecordBatch, bad: _Bad) -> np.ndarray:
+    """ExtractNewRecordState's records: ``__deleted`` true (rewrite mode: the row as it was) or ``__op``
+    d is a delete; ``__op`` c / r / u, or no ``__op``, writes the row."""
+    n = values.num_rows
+    ops = np.full(n, OP_UPDATE, dtype=np.int8)
+    op = _column(values, FLAT_OP_FIELD)
+    if op is not None:
+        ops = _debezium_ops(values.select([FLAT_OP_FIELD]).rename_columns([OP_FIELD]), bad)
+    deleted = _column(values, FLAT_DELETED_FIELD)
+    if deleted is not None:
+        flag = pc.equal(pc.utf8_lower(deleted.cast(pa.string())), "true").fill_null(False)
+        ops[flag.to_numpy(zero_copy_only=False)] = OP_DELETE
+    return ops
+
+
 def _struct(values: pa.Table | pa.RecordBatch, name: str) -> pa.StructArray | None:
     col = _column(values, name)
     return col if col is not None and pa.types.is_struct(col.type) else None
@@ -321,6 +338,11 @@ def extract_changes(spec: ChangeSpec, values: pa.RecordBatch | pa.Table | None, 
             return _empty(spec, rows, topic, source)
         ops = np.full(n, OP_DELETE, dtype=np.int8)
         keys = _kafka_columns(spec, kafka_keys, n, bad, np.ones(n, dtype=bool), {}, "tombstone")
+    elif spec.mode == DEBEZIUM and is_flattened(values.schema.names):
+        ops = _flattened_ops(values, bad)
+        names = [c for c in values.schema.names if c not in FLAT_FIELDS]
+        image = (values if isinstance(values, pa.Table) else pa.Table.from_batches([values])).select(names)
+        keys = _image_keys(spec, image, kafka_keys, n, bad)
     elif spec.mode == DEBEZIUM:
         ops = _debezium_ops(values, bad)
         after, before = _struct(values, AFTER_FIELD), _struct(values, BEFORE_FIELD)

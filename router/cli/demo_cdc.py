@@ -209,3 +209,47 @@ class DebeziumJsonEncoder:
         value = {**event.value, "before": _connect_row(event.value["before"]),
                  "after": _connect_row(event.value["after"])}
         return topic, key, self._wrap(CONNECT_ENVELOPE, value), None
+
+
+#: ExtractNewRecordState's output (add.fields=op,source.lsn; delete.handling.mode=rewrite) in Avro
+FLAT_VALUE = {"type": "record", "name": "Value", "namespace": NAMESPACE, "fields": [
+    *CUSTOMER_VALUE["fields"],
+    {"name": "__op", "type": ["null", "string"], "default": None},
+    {"name": "__source_lsn", "type": ["null", "long"], "default": None},
+    {"name": "__deleted", "type": ["null", "string"], "default": None},
+]}
+
+
+def flattened(event: Event) -> dict | None:
+    """The event as ExtractNewRecordState writes it: the row (``before`` for a delete), ``__op``,
+    ``__source_lsn`` and ``__deleted``; a tombstone stays a tombstone."""
+    if event.value is None:
+        return None
+    envelope = event.value
+    row = envelope["after"] if envelope["op"] != "d" else envelope["before"]
+    return {**row, "__op": envelope["op"], "__source_lsn": envelope["source"]["lsn"],
+            "__deleted": "true" if envelope["op"] == "d" else "false"}
+
+
+class FlattenedJsonEncoder:
+    """Flattened events as plain JSON (the JsonConverter with schemas.enable=false)."""
+
+    def __call__(self, topic: str, event: Event) -> tuple[str, bytes | None, bytes | None, None]:
+        value = flattened(event)
+        if value is not None:
+            value = {**value, "updated_at": _connect_row(value)["updated_at"]}
+        return (topic, json.dumps(event.key).encode() if event.key is not None else None,
+                json.dumps(value).encode() if value is not None else None, None)
+
+
+class FlattenedAvroEncoder:
+    """Flattened events in Avro with the registry's framing (key as `ChangeEncoder` writes it)."""
+
+    def __init__(self, key_schema_id: int, value_schema_id: int):
+        self.key = Encoder(CUSTOMER_KEY, key_schema_id)
+        self.value = Encoder(FLAT_VALUE, value_schema_id)
+
+    def __call__(self, topic: str, event: Event) -> tuple[str, bytes | None, bytes | None, None]:
+        value = flattened(event)
+        return (topic, self.key(event.key) if event.key is not None else None,
+                self.value(value) if value is not None else None, None)
