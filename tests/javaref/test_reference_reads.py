@@ -106,6 +106,10 @@ def test_append_tables_after_nested_add_widen_and_alias_rename_partitioned_and_m
     for name, table in tables.items():
         rows = assert_readers_agree(java_reader, table)
         assert len(rows) == (30 if name.startswith("shipments") else 45), name
+    clicks = tables["clicks"]  # an append table compacted: the files its merges left rewritten as one
+    result = compact(clicks, plan_compaction(clicks, MiB), MiB)
+    assert result.files_removed >= 2 and result.files_added == 1 and result.rows == 45
+    assert assert_readers_agree(java_reader, load_table(catalog_config, f"{ns}.clicks", refresh=True)) == rows
 
 
 def test_protobuf_mapped_types_and_the_dead_letter_table(java_reader, catalog_config, registry_url, unique_name):
