@@ -25,12 +25,12 @@ def _get(url: str) -> str:
     return urllib.request.urlopen(url, timeout=20).read().decode("utf-8", "replace")
 
 
-def _ui_pages(spark) -> dict[str, str]:
+def _ui_pages(spark, run_id: str) -> dict[str, str]:
     base = spark.sparkContext.uiWebUrl
     if not base:
         return {}
     pages = {"sql_tab": "/SQL/", "streaming_tab": "/StreamingQuery/", "environment_tab": "/environment/",
-             "jobs_tab": "/jobs/"}
+             "jobs_tab": "/jobs/", "streaming_query_page": f"/StreamingQuery/statistics/?id={run_id}"}
     out = {name: _get(base + path) for name, path in pages.items()}
     app = json.loads(_get(base + "/api/v1/applications"))[0]["id"]
     for name in ("environment", "sql?details=true&planDescription=true", "jobs", "stages?details=true"):
@@ -68,7 +68,7 @@ def watch(out: Path, status_file: str, records: int, metrics_port: int) -> None:
         (out / "progress.json").write_text(json.dumps({"last": query.lastProgress, "recent": query.recentProgress,
                                                        "status": query.status}, default=str))
         (out / "metrics.txt").write_text(_get(f"http://127.0.0.1:{metrics_port}/metrics"))
-        for name, text in _ui_pages(spark).items():
+        for name, text in _ui_pages(spark, str(query.runId)).items():
             (out / f"ui_{name}.txt").write_text(text)
         (out / "done").write_text("ok")
     except BaseException:  # noqa: BLE001 - reported to the test through the file, the job stops anyway

@@ -178,6 +178,7 @@ def test_no_secret_shows_on_any_surface_of_a_live_job(tmp_path, kafka_bootstrap,
     # the surfaces are real: the plan, the progress and the event log describe this job's query, the log
     # holds the job's and Spark's DEBUG lines, and the sealed file shows by its name alone
     assert b"icerouter" in surfaces["explain.txt"] and json.loads(surfaces["progress.json"])["recent"]
+    assert b"icerouter-fused" in surfaces["ui_streaming_query_page.txt"] + surfaces["ui_api_sql.txt"]
     event_log = b"".join(v for k, v in surfaces.items() if k.startswith("event log"))
     assert b"SparkListenerSQLExecutionStart" in event_log and b"icerouter-sealed-" in event_log
     job_log = surfaces["job log (DEBUG)"]
