@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
+from pyiceberg.types import IntegerType, LongType, NestedField, PrimitiveType, StringType, TimestamptzType
 
 from evolution.avro import avro_field_aliases
 from evolution.changes import EvolutionPlan, MappedSchema
@@ -25,13 +25,17 @@ from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
 from router.changes.envelope import debezium_table_schema
 from router.table_writes import APPEND, TableWrite, apply_write
 
-__all__ = ["KAFKA_METADATA", "SchemaDecision", "projected_names", "table_view", "resolve_policy",
+__all__ = ["KAFKA_METADATA", "SEQUENCE_COLUMN", "SchemaDecision", "projected_names", "table_view",
+           "with_sequence_column", "sequence_column", "resolve_policy",
            "plan_table", "decide", "decide_schema"]
 
 #: (column, source column of the Kafka row, Iceberg type) appended to every row when
 #: ``tables.metadata_columns`` is on.
 KAFKA_METADATA = (("_kafka_topic", "topic", StringType()), ("_kafka_partition", "partition", IntegerType()),
                   ("_kafka_offset", "offset", LongType()), ("_kafka_timestamp", "timestamp", TimestamptzType()))
+
+#: the column an upsert table keeps a row's sequence_by value in when the path is not a column of its own
+SEQUENCE_COLUMN = "_change_sequence"
 
 SEVERITY = {Mode.DISCARD_VALUE: 1, Mode.DISCARD_ROW: 2, Mode.DLQ: 3, Mode.FREEZE: 4}
 ACTIONS = {None: "write", Mode.DISCARD_VALUE: "write", Mode.DISCARD_ROW: "drop", Mode.DLQ: "dlq",
@@ -71,22 +75,49 @@ def _aliases(schema_str: str) -> dict:
 
 def table_view(schema: Schema, *, columns: Sequence[str] | None, metadata_columns: bool,
                schema_type: str = "AVRO", schema_str: str | None = None,
-               source: str | None = None, cdc: str | None = None) -> Schema | MappedSchema:
+               source: str | None = None, cdc: str | None = None,
+               sequence_by: str | None = None) -> Schema | MappedSchema:
     """The schema a table receives from one writer schema through one route.
 
     A CDC route's table holds the row images (the envelope's ``after``), not the
     envelope; raises router.changes.exceptions.EnvelopeError for a schema that is
     not one.
     """
+    value = schema
     if cdc is not None:
         schema, schema_str = debezium_table_schema(schema), None  # aliases name envelope paths: not the table's
     if columns is not None:
         schema = schema.select(*projected_names(schema, columns))
+    if sequence_by is not None:
+        schema = with_sequence_column(schema, value, sequence_by)
     if metadata_columns:
         schema = _with_metadata(schema)
     if (schema_type or "AVRO").upper() == "AVRO" and schema_str and "aliases" in schema_str:
         return MappedSchema(schema, _aliases(schema_str), source)
     return MappedSchema(schema, {}, source) if source else schema
+
+
+def with_sequence_column(schema: Schema, value: Schema, sequence_by: str) -> Schema:
+    """An upsert table keeps each row's sequence_by value, so a change read in a later batch that is
+    older than the row loses (router/catalog/sequence.py): in the column of that name when the path is
+    one of the table's columns, else in SEQUENCE_COLUMN (a Debezium envelope's ``source.lsn``)."""
+    name = sequence_column(schema, sequence_by)
+    if name != SEQUENCE_COLUMN or SEQUENCE_COLUMN in schema.column_names:
+        return schema
+    try:
+        field = value.find_field(sequence_by)
+    except ValueError:
+        return schema  # the records lack it: they are dead-lettered (missing_sequence)
+    if not isinstance(field.field_type, PrimitiveType):
+        return schema
+    return Schema(*schema.fields, NestedField(schema.highest_field_id + 1, SEQUENCE_COLUMN, field.field_type,
+                                              required=False), schema_id=schema.schema_id,
+                  identifier_field_ids=schema.identifier_field_ids)
+
+
+def sequence_column(schema: Schema, sequence_by: str) -> str:
+    """Where an upsert table holds the sequence_by value of each row."""
+    return sequence_by if "." not in sequence_by and sequence_by in schema.column_names else SEQUENCE_COLUMN
 
 
 def resolve_policy(policies: PolicySet, topic: str, route_policy: PolicyOverrides | None,

@@ -91,6 +91,8 @@ class UpsertWork:
     key_columns: tuple[str, ...]
     touched: pa.Table  # one row per distinct key changed
     deletes: int = 0  # keys whose last change deleted them (no new image)
+    sequence_column: str | None = None  # sequence_by: the table column holding each row's value
+    sequences: pa.Array | None = None  # sequence_by: the value of each touched key's last change
 
 
 @dataclass

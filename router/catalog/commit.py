@@ -33,12 +33,14 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
+import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.deletes import write_position_deletes
 from router.catalog.expiry import snapshots_to_expire
 from router.catalog.locate import locate_keys
+from router.catalog.sequence import rows_of_keys, stale_keys
 from router.catalog.merge_small import merge_for
 from router.catalog.reachable import delete_expired_files, drop_unlisted_manifests
 from router.catalog.row_delta import row_delta
@@ -171,7 +173,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
                     break
             doc = progress_document(previous, result, batch_id)
             base, expire = table.metadata, due_for_expiry(table.metadata, maintenance)
-            deletes = replaced_rows(table, result.upsert) if result.upsert is not None else []
+            deletes = replaced_rows(table, result.upsert, result.data_files) if result.upsert is not None else []
             tx = stage_transaction(table, result, job, batch_id, doc, expire, deletes, merge)
             producers = list(tx._snapshot_producers)
             tx.commit_transaction()
@@ -216,14 +218,26 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     return outcome
 
 
-def replaced_rows(table, work) -> list:
+def replaced_rows(table, work, new_data_files=()) -> list:
     """Position-delete files for the live rows of the keys an upsert result changed, located on the
-    snapshot this attempt builds on (a lost swap locates again: never stale positions)."""
+    snapshot this attempt builds on (a lost swap locates again: never stale positions). With
+    sequence_by, a key whose live row is newer keeps it, and this result's image of it is deleted
+    instead (router/catalog/sequence.py)."""
     files = snapshot_files(table)
     located = locate_keys(table, work.touched, work.key_columns, files)
     if located.num_rows == 0:
         return []
-    return write_position_deletes(table, located.select(["file_path", "pos"]), files)
+    positions = located.select(["file_path", "pos"])
+    if work.sequence_column and work.sequences is not None:
+        stale = stale_keys(table, located, work.key_columns, work.sequence_column, work.touched, work.sequences)
+        if stale:
+            keep = pa.array([tuple(r[c] for c in work.key_columns) not in stale
+                             for r in located.select(list(work.key_columns)).to_pylist()])
+            positions = pa.concat_tables([positions.filter(keep),
+                                          rows_of_keys(table, new_data_files, work.key_columns, stale)])
+            if positions.num_rows == 0:
+                return []
+    return write_position_deletes(table, positions, files, new_data_files)
 
 
 def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int,

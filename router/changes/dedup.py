@@ -15,8 +15,8 @@ Which change of a key is the last:
 
 The result: every key touched (their current rows are to be deleted) and the
 images of the keys whose last change is not a delete (to be inserted).
-Ordering holds within one call: a change read in a later batch replaces the
-row whatever its sequence value.
+Within one call; across batches the stored row's sequence value decides at
+commit (router/catalog/sequence.py): a change older than the live row is dropped.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class FinalImages:
     source: Any  # that ChangeSet's tag
     image: pa.Table
     rows: np.ndarray  # the caller's row positions of these images
+    sequence: pa.Array | None = None  # their sequence_by values (None without sequence_by)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Resolved:
     last_op: np.ndarray
     inserts: tuple[FinalImages, ...]
     changes: int
+    sequence: pa.Array | None = None  # sequence_by value of key i's last change (null: none known)
 
     @property
     def deleted(self) -> int:
@@ -199,6 +201,11 @@ def last_change_per_key(changes: ChangeSet | Sequence[ChangeSet]) -> Resolved:
     for j, s in enumerate(sets):
         local = inserted[cuts[j]:cuts[j + 1]] - bounds[j]
         if len(local):
-            inserts.append(FinalImages(j, s.source, s.images(local), s.rows[local]))
+            inserts.append(FinalImages(j, s.source, s.images(local), s.rows[local],
+                                       None if s.sequence is None else s.sequence.take(pa.array(local))))
     touched = keys.take(pa.array(order[starts]))
-    return Resolved(touched, last_op, tuple(inserts), n)
+    values = None
+    if sequence is not None:
+        values = _concat([s.sequence if s.sequence is not None else pa.nulls(len(s)) for s in sets])
+        values = values.take(pa.array(winners))
+    return Resolved(touched, last_op, tuple(inserts), n, values)

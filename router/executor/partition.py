@@ -247,7 +247,7 @@ class PartitionWriter:
             return
         art, metadata = group.artifacts, self.ctx.tables.metadata_columns
         try:
-            schema = cached_table_view(art, route.columns, metadata, route.write.cdc)
+            schema = cached_table_view(art, route.columns, metadata, route.write.cdc, route.write.sequence_by)
         except ChangeStreamError as exc:
             self.dead_letter(rows, "not_envelope", str(exc), table=table_id, route=route.name,
                              schema_id=group.schema_id)

@@ -58,7 +58,8 @@ _views: LRUCache = LRUCache(maxsize=4096)
 _views_lock = threading.Lock()
 
 
-def cached_table_view(artifacts: Any, columns: tuple[str, ...] | None, metadata_columns: bool, cdc: str | None):
+def cached_table_view(artifacts: Any, columns: tuple[str, ...] | None, metadata_columns: bool, cdc: str | None,
+                      sequence_by: str | None = None):
     """``router.decisions.table_view`` of a writer schema, built once per process and route shape.
 
     Building it costs ~0.3 ms (new pyiceberg Schema objects) for every topic and route in
@@ -67,13 +68,14 @@ def cached_table_view(artifacts: Any, columns: tuple[str, ...] | None, metadata_
     registry client's cache hands out one object per schema id), held in the entry.
     Raises what ``table_view`` raises (not cached).
     """
-    key = (id(artifacts), columns, metadata_columns, cdc)
+    key = (id(artifacts), columns, metadata_columns, cdc, sequence_by)
     with _views_lock:
         hit = _views.get(key)
     if hit is not None and hit[0] is artifacts:
         return hit[1]
     view = table_view(artifacts.iceberg_schema, columns=columns, metadata_columns=metadata_columns,
-                      schema_type=artifacts.schema_type, schema_str=artifacts.schema_str, cdc=cdc)
+                      schema_type=artifacts.schema_type, schema_str=artifacts.schema_str, cdc=cdc,
+                      sequence_by=sequence_by)
     with _views_lock:
         _views[key] = (artifacts, view)
     return view

@@ -28,7 +28,7 @@ from router.catalog import load_table
 from router.changes.dedup import last_change_per_key
 from router.changes.exceptions import ChangeStreamError
 from router.changes.extract import DEBEZIUM, UPSERT, ChangeSpec, extract_changes
-from router.decisions import resolve_policy
+from router.decisions import SEQUENCE_COLUMN, resolve_policy, sequence_column
 from router.descriptors import TableResult, UpsertWork
 from router.executor.align import align_table
 from router.executor.evolve import evolve_table
@@ -120,21 +120,25 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
     resolved = last_change_per_key([c for c in change_sets if len(c)])
     target = iceberg_to_arrow(table.schema())
     drops = {sid: d.drop_columns for sid, d in decision.per_schema.items()} if decision is not None else {}
-    parts = [align_table(_image(writer, final, route, drops.get(final.source.schema_id, ())), target,
+    sequence = sequence_column(table.schema(), route.write.sequence_by) if route.write.sequence_by else None
+    parts = [align_table(_image(writer, final, route, drops.get(final.source.schema_id, ()), sequence), target,
                          ctx.tables.case_sensitive)
              for final in resolved.inserts if final.image.num_rows]
     if parts:
         data = pa.concat_tables(parts)
         result.data_files += write_data_files(table, data)
         result.rows += data.num_rows
-    result.upsert = UpsertWork(key, resolved.touched, resolved.deleted)
+    result.upsert = UpsertWork(key, resolved.touched, resolved.deleted, sequence, resolved.sequence)
     writer.timings["write"] += time.perf_counter() - t1
 
 
-def _image(writer: PartitionWriter, final, route, drop_columns: tuple[str, ...]) -> pa.Table:
+def _image(writer: PartitionWriter, final, route, drop_columns: tuple[str, ...], sequence: str | None) -> pa.Table:
     """A CDC route's row images get the route's projection, the policy's dropped values (discard_value)
-    and the Kafka columns here (plain upsert values had them applied to the value before)."""
+    and the Kafka columns here (plain upsert values had them applied to the value before); with
+    sequence_by, each row keeps its change's value (router/catalog/sequence.py)."""
     image = final.image
+    if sequence == SEQUENCE_COLUMN and final.sequence is not None and SEQUENCE_COLUMN not in image.column_names:
+        image = image.append_column(SEQUENCE_COLUMN, final.sequence)
     if not route.write.cdc:
         return image
     if drop_columns:

@@ -184,7 +184,8 @@ class Planner:
             return self.refusal_plan(current, target, *target.refusal)
         try:
             view = table_view(schema, columns=target.columns, metadata_columns=self.config.tables.metadata_columns,
-                              schema_type=schema_type, schema_str=schema_str, source=source, cdc=target.write.cdc)
+                              schema_type=schema_type, schema_str=schema_str, source=source, cdc=target.write.cdc,
+                              sequence_by=target.write.sequence_by)
         except ChangeStreamError as exc:  # the job dead-letters such records as not_envelope
             return self.refusal_plan(current, target, "not_envelope", str(exc))
         key = self.key_columns(target)

@@ -1,11 +1,12 @@
 """Every configuration example is loaded through the real config loader, so none can rot: each
 `yaml` block of docs/ and the README (a block without `kafka` and `registry` is merged onto the
-minimal configuration first) and each file in conf/. YAML that is not an icerouter config is marked
+minimal configuration first, beside the files under docs/examples/ they name) and each file in conf/. YAML that is not an icerouter config is marked
 with a title (```yaml title=".gitlab-ci.yml"```) and is left out here."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import yaml
@@ -39,6 +40,7 @@ def test_docs_example_loads(body, tmp_path, monkeypatch):
     if not {"kafka", "registry"} <= set(raw):
         raw = merge(BASE, raw)
     _set_required_env(body, monkeypatch)
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path, dirs_exist_ok=True)  # files examples name (schemas)
     path = tmp_path / "example.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     load_config(path)
