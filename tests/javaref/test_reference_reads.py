@@ -173,3 +173,39 @@ def test_cdc_tables_before_and_after_compaction_then_after_expiry(java_reader, c
     table = load_table(catalog_config, name, refresh=True)
     assert expired.expired and len(table.metadata.snapshots) == 1 < snapshots
     assert len(assert_readers_agree(java_reader, table)) == len(script.rows)
+
+
+def test_stale_changes_deleted_in_their_own_snapshot_and_json_mirrors(java_reader, catalog_config, registry_url,
+                                                                       unique_name):
+    """sequence_by across batches deletes a stale change's image by position in the snapshot that adds
+    it (router/catalog/sequence.py): Java must apply a delete to a file of its own snapshot. With it,
+    the mirrors of Debezium's JSON (the Connect envelope) and of the flattened records."""
+    from tests.router.executor.test_sequence_across_batches import Topics, event
+    from tests.router.executor.test_unframed_writes import FlatStream, JsonStream
+
+    ns = unique_name("sq")
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "seq", "topic": r"db[12]\.customers", "table": f"{ns}.seq", "cdc": "debezium",
+         "format": "connect_json", "sequence_by": "source.lsn"},
+        {"name": "json", "topic": r"dbz\.customers", "table": f"{ns}.json", "cdc": "debezium",
+         "format": "connect_json"},
+        {"name": "flat", "topic": r"flat\.customers", "table": f"{ns}.flat", "cdc": "debezium",
+         "format": "json", "key": ["id"], "sequence_by": "__source_lsn"}])
+    t = Topics()
+    for batch_id, batch in enumerate([
+            t.batch(("db1.customers", event("c", 1, 10, None, 10)), ("db1.customers", event("c", 2, 11, None, 11))),
+            t.batch(("db2.customers", event("u", 1, 5, 1, 5)), ("db2.customers", event("d", 2, 6, 2, None)))]):
+        _committed(run_batch(dispatcher, batch, batch_id)[1])
+    seq = load_table(catalog_config, f"{ns}.seq", refresh=True)
+    assert [r.split("v")[-1][:2] for r in assert_readers_agree(java_reader, seq)] == ["10", "11"]
+
+    script, flat_script = cdc.ChangeScript(seed=3), cdc.ChangeScript(seed=4)
+    json_stream, flat_stream = JsonStream("dbz.customers"), FlatStream("flat.customers", cdc.FlattenedJsonEncoder())
+    for batch_id, (a, b) in enumerate([(lambda: list(script.snapshot(20)), lambda: list(flat_script.snapshot(20))),
+                                       (lambda: [*script.mixed(30), *script.change_key()],
+                                        lambda: [*flat_script.mixed(30), *flat_script.change_key()])], start=2):
+        _committed(run_batch(dispatcher, json_stream.batches(a()) + flat_stream.batches(b()), batch_id)[1])
+    for name, source in (("json", script), ("flat", flat_script)):
+        table = load_table(catalog_config, f"{ns}.{name}", refresh=True)
+        assert live_delete_files(table, snapshot_files(table))
+        assert len(assert_readers_agree(java_reader, table)) == len(source.rows)
