@@ -65,10 +65,15 @@ class GroupCommitter:
         """The dead-letter table's settled offsets: where the group stands before this run's batches."""
         if not self.config.dlq.table:
             return {}
-        from router.catalog import load_table
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from router.catalog import get_catalog
         from router.progress import stored_progress
 
-        table = load_table(self.config.catalog, self.config.dlq.table, refresh=True)
+        try:  # a handle of its own: the process's cached handles are committed in place by the batches
+            table = get_catalog(self.config.catalog).load_table(self.config.dlq.table)
+        except NoSuchTableError:
+            return {}
         return dict(stored_progress(table, self.config.job.name).get("settled", {}))
 
     def commit(self) -> bool:
