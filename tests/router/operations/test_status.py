@@ -176,3 +176,22 @@ def test_status_exit_codes_for_unreachable_services_and_bad_config(tmp_path, uni
     result = status(str(bad))
     assert result.returncode == 2 and "bogus" in result.stderr
     assert status(down, "--max-lag", "-1").returncode == 2
+
+
+def test_quarantine_from_the_status_file_counts_while_the_job_runs(tmp_path, kafka_bootstrap, unique_name):
+    """Without a hand-off file (the driver-side source, a remote checkpoint) the status file the
+    dispatcher writes names the quarantined tables; a stopped job's file is stale (a restart clears
+    the quarantine), so it counts only while the job's lease is live."""
+    from router.driver.status import BatchStats, write_status
+
+    prefix = unique_name("st")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    config = load_config(write_config(tmp_path, prefix, kafka_bootstrap, props, status_file="status.json"))
+    write_status(config.job.status_file, config.job.name, {}, BatchStats(3), {}, [f"{prefix}_raw.orders"])
+    lease = Lease(config.catalog, lease_table(config), config.job.name, ttl=30, settle=0)
+    lease.acquire()
+    try:
+        assert job_state(config).quarantined == [f"{prefix}_raw.orders"]
+    finally:
+        lease.release()
+    assert job_state(config).quarantined == []
