@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--table", help="target table for --schema-file, with its namespace (raw.orders)")
     plan.add_argument("--topic", help="topic the --schema-file is for (default: the file name, then "
                       "kafka.topics): selects the routes, their projections and policies")
+    plan.add_argument("--sample", action="append", default=[], metavar="TOPIC",
+                      help="plan from the topic's latest records, decoded as its routes' formats read them "
+                           "(repeatable; for topics without a registry: plain JSON, Kafka Connect JSON)")
+    plan.add_argument("--records", type=int, default=None, metavar="N",
+                      help="records --sample reads from the end of each topic (default 1000)")
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=cmd_plan)
 
@@ -119,14 +124,17 @@ def cmd_run(args) -> int:
 
 def cmd_plan(args) -> int:
     config = load_config(args.config)
-    if not args.subject and not args.schema_file:
-        raise ConfigError("plan: give --subject S (repeatable) or --schema-file F --table T")
+    if not args.subject and not args.schema_file and not args.sample:
+        raise ConfigError("plan: give --subject S (repeatable), --schema-file F --table T, or --sample TOPIC")
+    if args.records is not None and args.records < 1:
+        raise ConfigError(f"plan: --records must be >= 1, got {args.records}")
     if args.schema_file and not args.table:
         raise ConfigError("plan: --schema-file needs --table")
     from router.planning.plan import plan_command
 
     output, blocked, problems = plan_command(config, subjects=args.subject, schema_file=args.schema_file,
-                                             table=args.table, fmt=args.format, topic=args.topic)
+                                             table=args.table, fmt=args.format, topic=args.topic,
+                                             samples=args.sample, records=args.records)
     print(output)
     for line in problems:
         print(f"icerouter: error: {line}", file=sys.stderr)

@@ -16,6 +16,7 @@ decide. Verdicts and exit codes:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -117,7 +118,7 @@ def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str 
                  targets: Sequence[Target], planner: Planner, *, catalog: CatalogReader | None = None,
                  unplannable: Sequence[tuple[str, str]] = (), registry_down: str | None = None,
                  catalog_down: str | None = None, file: str | None = None,
-                 loaded: SchemaInput | None = None) -> CheckResult:
+                 loaded: SchemaInput | None = None, declared: bool = False) -> CheckResult:
     """Registry verdict for ``subject`` plus a plan per target table.
 
     ``loaded``: the schema already read (a file); else ``schema_str`` is mapped here.
@@ -130,6 +131,8 @@ def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str 
     level, messages = None, ()
     if not loaded.readable:
         verdict = "not_asked"  # not a schema document: nothing for the registry to judge
+    elif declared:
+        verdict = "declared"  # a route's own schema file (format json): no subject, the tables decide
     elif registry_down is not None or registry is None:
         verdict, messages = "undecided", (registry_down or "no registry to ask",)
     else:
@@ -246,6 +249,21 @@ def exit_code(results: Iterable[CheckResult]) -> int:
     return EXIT_OK if all(r.decided for r in results) else EXIT_UNDECIDED
 
 
+def declared_schema_topics(config: RouterConfig) -> dict[str, dict[str, set[str]]]:
+    """Schema file name -> topic -> the routes that read the topic with that declared JSON Schema
+    (format json + schema_file); the topics are kafka.topics the routes take."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for route in config.routes:
+        if route.format.kind != "json" or not route.format.schema_source:
+            continue
+        topics = [t for t in config.kafka.topics if route.topic is None or re.fullmatch(route.topic, t)]
+        if not topics and route.topic and re.escape(route.topic) == route.topic:
+            topics = [route.topic]
+        for topic in topics:
+            out.setdefault(Path(route.format.schema_source).name, {}).setdefault(topic, set()).add(route.name)
+    return out
+
+
 def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> tuple[str, int, list[str]]:
     """CI gate over a directory of schema files; -> (report, exit code, one stderr line per unusable
     schema file and per unreachable service)."""
@@ -260,6 +278,7 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
         raise ConfigError(f"--schemas: no .avsc or .json files in {schemas_dir}")
     registry = get_registry(config.registry)
     planner = Planner(config, registry)
+    declared = declared_schema_topics(config)
     down: dict[str, str] = {}
     try:
         catalog: CatalogReader | None = CatalogReader.open(config.catalog)
@@ -271,10 +290,17 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
         if loaded.problem:
             problems.append(loaded.problem)
         subject = file_subject(path)
-        targets, unplannable = planner.targets_for_topic(subject_topic(subject))
+        topics = declared.get(path.name)
+        if topics is not None:  # the new version of a route's declared JSON Schema: its routes' tables
+            found = [planner.targets_for_topic(t) for t in topics]
+            targets = [t for ts, _ in found for t in ts if t.route in topics[t.topic]]
+            unplannable = [u for _, us in found for u in us]
+        else:
+            targets, unplannable = planner.targets_for_topic(subject_topic(subject))
         result = check_schema(registry, subject, loaded.text, loaded.kind, targets, planner, catalog=catalog,
                               unplannable=unplannable, registry_down=down.get("registry"),
-                              catalog_down=down.get("catalog"), file=str(path), loaded=loaded)
+                              catalog_down=down.get("catalog"), file=str(path), loaded=loaded,
+                              declared=topics is not None)
         if result.compatibility == "undecided" and "registry" not in down:
             down["registry"] = result.messages[0]  # do not wait for it once per file
         lost = next((t.undecided for t in result.tables if t.undecided), None)

@@ -261,16 +261,18 @@ def _schema_file_topic(planner: Planner, path: Path, topic: str | None) -> str:
 
 def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file: str | None = None,
                  table: str | None = None, fmt: str = "text",
-                 topic: str | None = None) -> tuple[str, bool, list[str]]:
-    """Dry run for registry subjects (``S`` or ``S:V``) or a local schema file.
+                 topic: str | None = None, samples: Sequence[str] = (),
+                 records: int | None = None) -> tuple[str, bool, list[str]]:
+    """Dry run for registry subjects (``S`` or ``S:V``), a local schema file, or the latest records of
+    topics (``samples``, router/planning/sample.py).
 
     -> (output, blocked, one line per input that is not a usable schema, for stderr)."""
     if fmt not in ("text", "json"):
         raise ConfigError(f"unknown format {fmt!r} (text, json)")
     inputs: list[tuple[SchemaInput, list[Target]]] = []
     notes: list[str] = []
-    registry = get_registry(config.registry) if subjects or any(r.write.upsert and not r.write.key for r in config.routes) \
-        else None
+    registry = get_registry(config.registry) if subjects or samples or any(
+        r.write.upsert and not r.write.key for r in config.routes) else None
     planner = Planner(config, registry)
     if schema_file:
         require_namespace(table or "")
@@ -303,6 +305,15 @@ def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file
         targets, unplannable = planner.targets_for_topic(subject_topic(subject))
         notes += [f"{subject}: {label}: {reason}" for label, reason in unplannable]
         inputs.append((loaded, targets))
+    for sampled in samples:
+        from router.planning.sample import DEFAULT_SAMPLE, sample_inputs
+
+        try:
+            found, sample_notes = sample_inputs(config, planner, registry, sampled, records or DEFAULT_SAMPLE)
+        except RegistryError as exc:
+            raise registry_unavailable(exc, registry.config.url) from None
+        inputs += found
+        notes += sample_notes
     catalog = CatalogReader.open(config.catalog) if any(
         s.problem is None and any(t.refusal is None for t in ts) for s, ts in inputs) else None
     plans = [planner.plan_input(catalog, loaded, target) for loaded, targets in inputs for target in targets]
