@@ -25,13 +25,11 @@ Upsert tables: an image from a letter replaces a key's live row only when that r
 older record (same partition: a lower offset; another partition: an older Kafka timestamp); a
 newer row wins and the letter counts as superseded. This needs the rows' Kafka metadata columns
 (`tables.metadata_columns`, the default); without them an upsert replay is refused. A key a
-newer change deleted has no row left to compare with: its older image comes back (the dry run
-names such letters).
+newer change deleted has no row left to compare with: its older image comes back.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -57,9 +55,6 @@ from router.operations.replay_commits import (
 from router.source.offsets import tp_key
 
 __all__ = ["REPLAYED_PROPERTY", "ReplayRefused", "ReplayReport", "ReplayWriter", "replay"]
-
-log = logging.getLogger("icerouter.replay")
-
 TARGET_TABLE, TARGET_ROUTE = "__replay_table", "__replay_route"
 
 
