@@ -26,11 +26,14 @@ from router.operations.letters import Selection, read_letters
 from router.catalog.dead_letter_table import REPLAYS_PROPERTY
 from router.operations.replay_commits import REPLAYED_PROPERTY, add_offsets, holds
 from router.progress import stored_progress
-from tests.router.executor.test_partition import read, run_batch, source_batch
+from tests.duckdb_reader import read_iceberg
+from tests.router.executor.test_partition import run_batch, source_batch
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog_props(request, tmp_path) -> dict:
+    if request.param == "rest":  # an Iceberg REST catalog on S3 (SeaweedFS)
+        return request.getfixturevalue("object_store").rest_catalog_properties()
     uri = f"sqlite:///{tmp_path / 'c.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_uri")
     return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()}
 
@@ -89,9 +92,14 @@ def make_letters(tmp_path, ns: str, registry_url: str, props: dict, upsert: bool
     return first, fixed
 
 
-def offsets_in(props_config, table: str) -> list[tuple]:
-    return [(t, o) for t, o in read(props_config.catalog, table, "_kafka_topic, _kafka_offset",
-                                      "_kafka_topic, _kafka_offset")]
+def rows_of(config, table: str, columns: tuple[str, ...]) -> list[tuple]:
+    """The table's rows as DuckDB reads them (local files or S3), sorted."""
+    rows = read_iceberg(load_table(config.catalog, table, refresh=True)).select(list(columns)).to_pylist()
+    return sorted(tuple(r[c] for c in columns) for r in rows)
+
+
+def offsets_in(config, table: str) -> list[tuple]:
+    return rows_of(config, table, ("_kafka_topic", "_kafka_offset"))
 
 
 def letters_of(config) -> list[tuple]:
@@ -100,10 +108,10 @@ def letters_of(config) -> list[tuple]:
     return sorted(tuple(r.values()) for r in letters.to_pylist())
 
 
-#: every step killed on SQLite; PostgreSQL runs the uninterrupted replay and one killed between its tables
+#: every step killed on SQLite; PostgreSQL and REST run the uninterrupted replay and one killed between its tables
 CRASHES = [("sqlite", None), ("sqlite", "replay_write:1"), ("sqlite", "replay_table:1"),
            ("sqlite", "replay_table:2"), ("sqlite", "replay_letters:1"), ("postgres", None),
-           ("postgres", "replay_table:1")]
+           ("postgres", "replay_table:1"), ("rest", None), ("rest", "replay_table:1")]
 
 
 @pytest.mark.parametrize("catalog_props, crash", CRASHES, indirect=["catalog_props"])
@@ -179,13 +187,13 @@ def test_upsert_replay_keeps_newer_rows(tmp_path, registry_url, catalog_props, u
         assert not report.failed
     config = load_config(fixed)
     copy = f"{ns}.copy"
-    assert read(config.catalog, copy, "id, _kafka_offset", "id") == [(1, 7), (2, 1)]
+    assert rows_of(config, copy, ("id", "_kafka_offset")) == [(1, 7), (2, 1)]
     assert [r[:2] for r in letters_of(config)] == [(orders, 3), (orders, 4)]
     done = dlq(fixed, "replay", "--table", copy, "--format", "json")
     assert done.returncode == 0, done.stderr
     report = out(done)
     assert report["landed"] == 2 and report["superseded"] == 1
-    assert read(config.catalog, copy, "id, _kafka_offset", "id") == [(1, 7), (2, 4)]  # the newer row of key 1 stays
+    assert rows_of(config, copy, ("id", "_kafka_offset")) == [(1, 7), (2, 4)]  # the newer row of key 1 stays
     assert letters_of(config) == []
     assert dlq(fixed, "replay", "--all").returncode == 0  # nothing left
 
