@@ -121,14 +121,15 @@ def _summary_int(snapshot, key: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def table_state(view, job: str, ends: dict[str, int]) -> TableState:
+def table_state(name: str, view, job: str, ends: dict[str, int]) -> TableState:
+    """`view`: a TableView (router/catalog/progress_views.py) or, from other catalogs, a pyiceberg Table."""
     metadata = view.metadata
     doc = stored_progress(view, job)
     snapshot = next((s for s in metadata.snapshots if s.snapshot_id == metadata.current_snapshot_id), None)
     stamp = getattr(snapshot, "timestamp_ms", None) if snapshot is not None else None
     offsets = dict(doc.get("offsets", {}))
     return TableState(
-        table=view.identifier, last_commit=stamp / 1000 if stamp is not None else None,
+        table=name, last_commit=stamp / 1000 if stamp is not None else None,
         rows=_summary_int(snapshot, "total-records") if snapshot else 0,
         data_files=_summary_int(snapshot, "total-data-files") if snapshot else 0,
         delete_files=_summary_int(snapshot, "total-delete-files") if snapshot else 0,
@@ -211,7 +212,7 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
         view = views.get(name)
         if view is None:
             continue
-        table = table_state(view, config.job.name, ends)
+        table = table_state(name, view, config.job.name, ends)
         if table.batch_id is not None or table.next_offsets:
             state.tables.append(table)
     settled = None

@@ -34,8 +34,10 @@ from router.operations.status import breaches, job_state
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "body", StringType(), required=False))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
 def catalog_props(request, tmp_path) -> dict:
+    if request.param == "rest":  # an Iceberg REST catalog on S3 (SeaweedFS)
+        return request.getfixturevalue("object_store").rest_catalog_properties()
     uri = f"sqlite:///{tmp_path / 'c.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_uri")
     return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()}
 
