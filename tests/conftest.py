@@ -338,6 +338,8 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from router.driver.session import DRIVER_THREAD_STACK
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("icerouter-tests")
@@ -345,6 +347,7 @@ def spark():
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", DRIVER_THREAD_STACK)  # as the job's (router/driver/session.py)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

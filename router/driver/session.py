@@ -56,6 +56,15 @@ def checkpoint_settings(checkpoint: str) -> dict[str, str]:
     return dict(LOCAL_CHECKPOINT_SETTINGS) if scheme in ("", "file") else {}
 
 
+#: The driver JVM's thread stack. A foreachBatch error reaches the stream thread as a Py4J message (the
+#: Python traceback and the Java stack), and Spark tells an interruption from a failure by matching it
+#: against `((.|\r\n|\r|\n)*)`, which recurses once per character: with Java's default 1 MiB stack a
+#: message over ~3,000 characters overflowed it, so a stop during a batch, or a batch's own error,
+#: killed the stream thread with a StackOverflowError instead (tests/router/driver/test_session.py).
+#: 32 MiB takes ~90,000 characters; stacks are reserved, not committed, memory.
+DRIVER_THREAD_STACK = "-Xss32m"
+
+
 def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     """A SparkSession: our defaults, then what spark-submit set (when it started this driver), then
     `job.spark` (Spark's own order: settings made in code win over spark-submit's). Call before any
@@ -65,7 +74,7 @@ def build_spark(config: RouterConfig, extra: dict[str, Any] | None = None):
     # keep that to one line in the worker logs instead of a full Rust backtrace
     os.environ["RUST_BACKTRACE"] = "0"
     log4j = Path(__file__).with_name("log4j2.properties")
-    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {DRIVER_THREAD_STACK}",
              "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
     submitted = submitted_settings()
     own = {k: str(v) for k, v in config.job.spark.items()}

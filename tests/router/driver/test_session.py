@@ -87,3 +87,54 @@ def test_a_local_checkpoint_skips_the_checksummed_file_context(checkpoint, local
     from router.driver.session import LOCAL_CHECKPOINT_SETTINGS, checkpoint_settings
 
     assert checkpoint_settings(checkpoint) == (LOCAL_CHECKPOINT_SETTINGS if local else {})
+
+
+# A fresh driver built by the job's build_spark, stopped while a batch runs a Spark job: the job is
+# cancelled, the batch fails with a Py4J error (a Python traceback and a Java stack: thousands of
+# characters), and Spark, the query being stopped, matches that message against its interruption
+# regex `((.|\r\n|\r|\n)*)`, which recurses once per character.
+STOP_DURING_A_BATCH = """
+import os, sys, tempfile, threading, time
+from router.config import parse_config
+from router.driver.session import build_spark
+
+config = parse_config({"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"]},
+                       "registry": {"url": "http://127.0.0.1:1"},
+                       "job": {"checkpoint": tempfile.mkdtemp(), "spark": {"spark.master": "local[1]"}},
+                       "routes": [{"name": "r", "table": "raw.t"}]})
+extra = {"spark.ui.enabled": "false"}
+if sys.argv[1] != "job":
+    extra["spark.driver.extraJavaOptions"] = ""  # Java's default thread stack
+spark = build_spark(config, extra)
+running = threading.Event()
+
+def slow(rows):
+    time.sleep(30)
+    return rows
+
+def batch(df, batch_id):
+    if batch_id >= 1:
+        running.set()
+        df.rdd.mapPartitions(slow).count()
+
+query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream.foreachBatch(batch)
+         .trigger(processingTime="1 second").option("checkpointLocation", tempfile.mkdtemp()).start())
+running.wait(120)
+time.sleep(2)
+query.stop()
+error = query.exception()
+print("VERDICT " + ("StackOverflowError" if "StackOverflowError" in str(error) else
+                    "stopped" if error is None else "other: " + str(error)[:300].replace(chr(10), " ")), flush=True)
+"""
+
+
+@pytest.mark.parametrize("settings, overflow", [("job", False), ("java-default", True)])
+def test_a_stop_during_a_batch_stops_the_query_cleanly(settings, overflow):
+    """With the job's driver thread stack a stop during a batch is a stop; with Java's default stack
+    Spark's own check of the cancelled batch's message overflows the stream thread's stack."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    out = subprocess.run([sys.executable, "-c", STOP_DURING_A_BATCH, settings], capture_output=True, text=True,
+                         timeout=240, env=env)
+    verdicts = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("VERDICT ")]
+    assert verdicts == ["stopped"], (verdicts, out.stderr[-2000:])
+    assert ("java.lang.StackOverflowError" in out.stderr) is overflow, out.stderr[-2000:]
