@@ -275,6 +275,17 @@ def render_protobuf(r: dict) -> list[str]:
             f"target >= {r['target_share']:.0%}: {_verdict(r['within_target'])}"]
 
 
+def render_formats(r: dict) -> list[str]:
+    lines = [f"formats: {r['topics']} topics x {r['partitions']} partitions per topic set, {r['records_per_format']:,} "
+             f"records each (sizes {r['value_bytes_mean']}); load average before {r['load_before']} after {r['load_after']}"]
+    for fmt, rate in r["records_per_s"].items():
+        runs = ", ".join(f"{x['records_per_s']:,}" for x in r["runs"][fmt])
+        target = r["targets"].get(fmt)
+        verdict = f"  target >= {target:.2f}x: {_verdict(r['within_targets'][fmt])}" if target else ""
+        lines.append(f"  {fmt:<30}  {rate:>12,} records/s (median of {runs}); {r['ratio_to_avro'][fmt]:.2f}x Avro{verdict}")
+    return lines
+
+
 def render_scale_start(r: dict) -> list[str]:
     lines = [f"scale1000: {r['topics']} topics x {r['partitions']} partitions -> {r['topics']} tables holding offsets, "
              f"{r['batches_per_start']} batches per start; load average before {r['load_before']} after {r['load_after']}"]
@@ -303,6 +314,8 @@ def render(result: dict) -> str:
         lines = render_upsert(result)
     elif mode == "protobuf":
         lines = render_protobuf(result)
+    elif mode == "formats":
+        lines = render_formats(result)
     elif mode == "scale1000":
         lines = render_scale_start(result)
     else:

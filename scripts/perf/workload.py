@@ -109,11 +109,12 @@ def _producer(conf: dict):
 
 
 def produce_bulk(conf: dict, ids: dict[str, int], partitions: int, records: int,
-                 pool: list[bytes]) -> float:
-    """Round-robin `records` over every topic-partition as fast as the broker takes them; seconds."""
+                 pool: list[bytes], framed: bool = True) -> float:
+    """Round-robin `records` over every topic-partition as fast as the broker takes them; seconds.
+    `framed` False: the values as they are (no registry prefix)."""
     producer = _producer(conf)
     topics = list(ids)
-    prefixes = [struct.pack(">bI", 0, ids[t]) for t in topics]
+    prefixes = [struct.pack(">bI", 0, ids[t]) if framed else b"" for t in topics]
     n_tp, n_pool = len(topics) * partitions, len(pool)
     started = time.perf_counter()
     produce = producer.produce

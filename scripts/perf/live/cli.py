@@ -17,6 +17,8 @@ commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core
     cluster, commits in tasks and on the driver: tables per second (scaling.py).
 scale1000: N topics (1,000) -> N tables that already hold offsets: process start -> first batch
     running, peak memory, commit work per N-table batch; --before-ref REV adds REV's code (start_scale.py).
+formats: N topics (200) of the same records as Avro and as plain JSON, drained in turn with format
+    registry, json (inferred) and raw, twice; each rate as a ratio to Avro's (formats.py).
 upsert: N Debezium topics (20) x 3 partitions, a backlog of --cdc-rows snapshot events per topic
     (20,000), then one of --cdc-changes changes per topic (20,000: 70% updates, 20% inserts, 10%
     deletes), each drained with availableNow by a job routing them as CDC tables and, as the
@@ -38,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 from router.config.model import TRANSIENT_FILE_CODECS
-from scripts.perf.live import freshness, protobuf, scaling, soak, start_scale, throughput, upsert
+from scripts.perf.live import formats, freshness, protobuf, scaling, soak, start_scale, throughput, upsert
 from scripts.perf.report import render, write_json
 from scripts.perf.services import Stack
 
@@ -53,13 +55,16 @@ MODE_DEFAULTS = {"throughput": {"topics": 200, "fan_in": True, "catch_up": "turn
                  "upsert": {"topics": 20, "fan_in": False, "catch_up": "even", "batch_records": 100_000},
                  # the same records as Avro and as Protobuf, each format's backlog drained twice
                  "protobuf": {"topics": 50, "fan_in": False, "catch_up": "turns", "records": 500_000},
+                 # the same records framed as Avro, as plain JSON (inferred) and read raw, each drained twice
+                 "formats": {"topics": 200, "fan_in": False, "catch_up": "turns", "records": 500_000},
                  # restarts over 1,000 tables that hold offsets; every batch touches every table
                  "scale1000": {"topics": 1000, "fan_in": False, "catch_up": "even", "partitions": 1}}
 # mode -> run(args, stack, root) -> the result dict (written as JSON)
 RUNNERS = {"throughput": throughput.run_throughput, "scale": throughput.run_throughput,
            "freshness": freshness.run_freshness, "soak": soak.run_soak,
            "commit-scaling": scaling.run_commit_scaling, "upsert": upsert.run_upsert,
-           "protobuf": protobuf.run_protobuf, "scale1000": start_scale.run_scale_start}
+           "protobuf": protobuf.run_protobuf, "formats": formats.run_formats,
+           "scale1000": start_scale.run_scale_start}
 
 
 def parse_args(argv):
@@ -87,6 +92,12 @@ def parse_args(argv):
                          "they are machines of their own; the default 0 is the measurement)")
     ap.add_argument("--cdc-rows", type=int, default=20_000, help="upsert: snapshot rows per topic")
     ap.add_argument("--cdc-changes", type=int, default=20_000, help="upsert: changes per topic after the snapshot")
+    ap.add_argument("--cdc-format", choices=("avro", "json"), default="avro",
+                    help="upsert: Debezium's Avro converter through the registry, or its JSON converter with the "
+                         "schema embedded (format connect_json)")
+    ap.add_argument("--formats", default="avro,json,raw",
+                    help="formats mode: the value formats drained in turn (avro: registry framing; json: the same "
+                         "records as plain JSON, columns inferred; raw: the Avro topics' bytes as they are)")
     ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
                     help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
     ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")

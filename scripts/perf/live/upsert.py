@@ -16,7 +16,8 @@ into bench_append.* (every envelope a row), the measured job routes them with
 batch; the commit locates the keys' live rows and writes position deletes and images in
 one snapshot). Reported per phase and job: change events/s (tombstones are records, not
 events), batches, commit work per batch, and the upsert rate as a ratio to the append
-rate. After each phase every upsert table must hold exactly the rows its ChangeScript
+rate. --cdc-format json writes the same events as Debezium's JSON converter (schema embedded) and
+the routes read them with format connect_json. After each phase every upsert table must hold exactly the rows its ChangeScript
 says (DuckDB reads every row; pyiceberg counts), every append table one row per event,
 and no record may be dead-lettered: a wrong table fails the run.
 """
@@ -88,14 +89,19 @@ class Source:
         return self.topic.replace(".", "_")
 
 
-def make_sources(registry_url: str, topics: list[str], seed: int = SEED) -> list[Source]:
+def make_sources(registry_url: str, topics: list[str], seed: int = SEED, fmt: str = "avro") -> list[Source]:
+    """`fmt` avro: Debezium's Avro converter through the registry; json: its JSON converter with the
+    schema embedded (the routes read it with format connect_json)."""
     import router.cli.demo_cdc as cdc
     from router.cli.demo_data import register
 
-    return [Source(t, cdc.ChangeScript(seed=seed + i),
-                   cdc.ChangeEncoder(register(registry_url, f"{t}-key", cdc.CUSTOMER_KEY),
-                                     register(registry_url, f"{t}-value", cdc.CUSTOMER_ENVELOPE)),
-                   random.Random(seed * 31 + i))
+    def encoder(t: str):
+        if fmt == "json":
+            return cdc.DebeziumJsonEncoder(schemas=True)
+        return cdc.ChangeEncoder(register(registry_url, f"{t}-key", cdc.CUSTOMER_KEY),
+                                 register(registry_url, f"{t}-value", cdc.CUSTOMER_ENVELOPE))
+
+    return [Source(t, cdc.ChangeScript(seed=seed + i), encoder(t), random.Random(seed * 31 + i))
             for i, t in enumerate(topics)]
 
 
@@ -151,13 +157,14 @@ def cdc_config(args, root: Path, stack: Stack, job: str, routes: list[dict], nam
     })
 
 
-def upsert_route(topic_regex: str, namespace: str) -> dict:
+def upsert_route(topic_regex: str, namespace: str, fmt: str = "avro") -> dict:
     return {"name": "cdc", "topic": topic_regex, "table": namespace + ".{topic}", "cdc": "debezium",
-            "sequence_by": "source.lsn"}
+            "sequence_by": "source.lsn", **({"format": "connect_json"} if fmt == "json" else {})}
 
 
-def append_route(topic_regex: str, namespace: str) -> dict:
-    return {"name": "log", "topic": topic_regex, "table": namespace + ".{topic}"}
+def append_route(topic_regex: str, namespace: str, fmt: str = "avro") -> dict:
+    return {"name": "log", "topic": topic_regex, "table": namespace + ".{topic}",
+            **({"format": "connect_json"} if fmt == "json" else {})}
 
 
 def warm_up(spark, args, stack: Stack, root: Path) -> None:
@@ -298,10 +305,13 @@ def run_upsert(args, stack: Stack, root: Path) -> dict:
                     "batch_records": args.batch_records, "catch_up": args.catch_up, "commit_in": args.commit_in,
                     "load_before": load_average(), "phases": {}}
     stack.broker.create_topics(topics, partitions=args.partitions, timeout=120)
-    sources = make_sources(stack.registry_url, topics)
+    fmt = getattr(args, "cdc_format", "avro")
+    result["cdc_format"] = fmt
+    sources = make_sources(stack.registry_url, topics, fmt=fmt)
     regex = rf"{TOPIC_PREFIX}\.t\d+"
-    append = cdc_config(args, root, stack, "bench-append", [append_route(regex, APPEND_NAMESPACE)], [APPEND_NAMESPACE])
-    upsert = cdc_config(args, root, stack, "bench-upsert", [upsert_route(regex, NAMESPACE)], [NAMESPACE])
+    append = cdc_config(args, root, stack, "bench-append", [append_route(regex, APPEND_NAMESPACE, fmt)],
+                        [APPEND_NAMESPACE])
+    upsert = cdc_config(args, root, stack, "bench-upsert", [upsert_route(regex, NAMESPACE, fmt)], [NAMESPACE])
     spark = build_spark(upsert)
     print("warming up Spark workers ...", flush=True)
     warm_up(spark, args, stack, root)
