@@ -60,13 +60,14 @@ def load_config(path: str | os.PathLike) -> RouterConfig:
 def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
     root = Section(interpolate(raw or {}), "config", ROOT_KEYS)
     base = source.parent if source else Path.cwd()
+    routes = _routes(root.get("routes", [], list), root.get("tables"), base)
     return RouterConfig(
         kafka=_kafka(root.get("kafka")),
-        registry=_registry(root.get("registry")),
+        registry=_registry(root.get("registry"), routes),
         catalog=_catalog(root.get("catalog"), base),
         job=_job(root.get("job"), base),
         tables=_tables(root.get("tables")),
-        routes=_routes(root.get("routes", [], list), root.get("tables"), base),
+        routes=routes,
         evolution=_evolution(root.get("evolution")),
         dlq=_dlq(root.get("dlq")),
         maintenance=_maintenance(root.get("maintenance")),
@@ -98,9 +99,15 @@ def _kafka(data: Any) -> KafkaConfig:
                        s.positive("max_records_per_batch", 500_000), s.choice("catch_up", "turns", CATCH_UP_MODES))
 
 
-def _registry(data: Any) -> RegistryConfig:
+def _registry(data: Any, routes: tuple[RouteConfig, ...]) -> RegistryConfig | None:
+    """The registry; None when the config has none and no route needs one (every route reads raw,
+    inferred or schema-file JSON, or Kafka Connect JSON)."""
+    if data is None and routes and not any(r.format.framed or r.format.subject for r in routes):
+        return None
     if not isinstance(data, Mapping) or not data.get("url"):
-        raise ConfigError("registry.url: required")
+        needing = [r.name for r in routes if r.format.framed or r.format.subject]
+        raise ConfigError("registry.url: required" + (f" (routes {', '.join(needing[:3])} read through the registry)"
+                                                      if needing and data is None else ""))
     try:
         return RegistryConfig.from_dict(dict(data))
     except RegistryConfigError as exc:

@@ -169,7 +169,7 @@ class RouteConfig:
 @dataclass(frozen=True)
 class RouterConfig:
     kafka: KafkaConfig
-    registry: RegistryConfig
+    registry: RegistryConfig | None  # None: no route reads through a registry (router/config/load.py)
     catalog: CatalogConfig
     job: JobConfig
     tables: TablesConfig

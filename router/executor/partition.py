@@ -110,7 +110,7 @@ class PartitionWriter:
 
     def __init__(self, ctx: DispatchContext):
         self.ctx = ctx
-        self.registry = get_registry(ctx.registry)
+        self.registry = get_registry(ctx.registry) if ctx.registry is not None else None
         self.results: dict[str, TableResult] = {}
         self.letters: list[DeadLetter] = []
         self.pending: dict[str, list[Pending]] = defaultdict(list)

@@ -276,7 +276,7 @@ def check_command(config: RouterConfig, schemas_dir: str, fmt: str = "text") -> 
     files = sorted(p for p in root.iterdir() if p.suffix.lower() in SCHEMA_SUFFIXES and p.is_file())
     if not files:
         raise ConfigError(f"--schemas: no .avsc or .json files in {schemas_dir}")
-    registry = get_registry(config.registry)
+    registry = get_registry(config.registry) if config.registry is not None else None
     planner = Planner(config, registry)
     declared = declared_schema_topics(config)
     down: dict[str, str] = {}

@@ -271,8 +271,10 @@ def plan_command(config: RouterConfig, subjects: Sequence[str] = (), schema_file
         raise ConfigError(f"unknown format {fmt!r} (text, json)")
     inputs: list[tuple[SchemaInput, list[Target]]] = []
     notes: list[str] = []
-    registry = get_registry(config.registry) if subjects or samples or any(
-        r.write.upsert and not r.write.key for r in config.routes) else None
+    if subjects and config.registry is None:
+        raise ConfigError("plan --subject: the config has no registry (set registry.url)")
+    registry = get_registry(config.registry) if config.registry is not None and (subjects or samples or any(
+        r.write.upsert and not r.write.key for r in config.routes)) else None
     planner = Planner(config, registry)
     if schema_file:
         require_namespace(table or "")

@@ -199,3 +199,17 @@ def test_bad_upsert_settings_fail_at_load_with_their_path(routes, tables, messag
     with pytest.raises(ConfigError) as err:
         parse_config(with_(routes=routes, **({"tables": tables} if tables else {})))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_config_whose_routes_need_no_registry_needs_none():
+    """Routes that read raw, inferred or schema-file JSON, or Kafka Connect JSON: no registry section."""
+    kafka = {"bootstrap_servers": "127.0.0.1:9092", "topics": ["a"]}
+    config = parse_config({"kafka": kafka, "routes": [{"name": "j", "table": "raw.a", "format": "json"},
+                                                      {"name": "r", "table": "raw.b", "format": "raw"},
+                                                      {"name": "c", "table": "raw.c", "format": "connect_json"}]})
+    assert config.registry is None
+    with pytest.raises(ConfigError, match=r"registry.url: required \(routes s read through the registry\)"):
+        parse_config({"kafka": kafka, "routes": [{"name": "s", "table": "raw.a",
+                                                  "format": {"type": "json", "subject": "a-value"}}]})
+    with pytest.raises(ConfigError, match=r"registry.url: required \(routes avro read through the registry\)"):
+        parse_config({"kafka": kafka, "routes": [{"name": "avro", "table": "raw.a"}]})
