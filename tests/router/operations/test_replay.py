@@ -270,3 +270,19 @@ def test_jobs_sharing_a_dead_letter_table_see_their_own_letters(tmp_path, regist
     untouched = dlq(str(other), "replay", "--all", "--format", "json")
     assert untouched.returncode == 0 and out(untouched)["selected"] == 0
     assert out(dlq(fixed, "summary", "--format", "json"))["total"] == 6
+
+
+def test_list_and_summary_select_by_time_table_and_reason(tmp_path, registry_url, unique_name):
+    ns = unique_name("r")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    _, fixed = make_letters(tmp_path, ns, registry_url, props)
+    assert out(dlq(fixed, "summary", "--since", "1h", "--format", "json"))["total"] == 6
+    assert out(dlq(fixed, "summary", "--until", "1h", "--format", "json"))["total"] == 0
+    assert out(dlq(fixed, "summary", "--since", "2000-01-01T00:00:00", "--until", "2999-01-01", "--format",
+                   "json"))["total"] == 6
+    by_table = out(dlq(fixed, "summary", "--table", f"{ns}.copy", "--format", "json"))
+    assert by_table["by_reason"] == {"evolution_violation": 3} and by_table["by_topic"] == {f"{ns}.orders": 3}
+    listed = out(dlq(fixed, "list", "--reason", "wire_format", "--format", "json"))
+    assert listed["total"] == 1 and listed["letters"][0]["offset"] == 9 and "value" not in listed["letters"][0]
+    limited = dlq(fixed, "list", "--limit", "2")
+    assert limited.returncode == 0 and limited.stdout.splitlines()[-1] == "... 4 more (--limit 0 shows all)"
