@@ -8,7 +8,8 @@ end offsets; quarantined tables from the running driver's hand-off file and stat
 
 Lag of a partition: the broker's end offset minus the job's next offset there, the dead-letter
 table's settled offset (every record below it is in its tables or a dead letter), or without a
-dead-letter table the lowest next offset of the tables that hold the partition. It is the lag
+dead-letter table the lowest next offset of the tables that hold the partition; a partition the
+job never read lags by all it holds (end minus earliest offset). It is the lag
 Kafka tools see in the job's consumer group (router/driver/consumer_group.py). A table's own lag
 (end minus its next offset) also counts records routed elsewhere since its last row.
 """
@@ -55,18 +56,19 @@ class JobState:
     bootstrap: str
     checked_at: float
     tables: list = field(default_factory=list)  # TableState, by name
-    partitions: dict = field(default_factory=dict)  # "topic/partition" -> {"end", "next", "lag"}
+    # "topic/partition" -> {"end", "next", "lag"}; "next" None: never read (lag: all the partition holds)
+    partitions: dict = field(default_factory=dict)
     lease: dict | None = None  # {"holder", "host", "pid", "expires", "expired"}; None: not held
     quarantined: list = field(default_factory=list)
     dead_letters: dict = field(default_factory=dict)  # letters.summarize() of every letter held
 
     @property
     def total_lag(self) -> int:
-        return sum(p["lag"] for p in self.partitions.values() if p["lag"] is not None)
+        return sum(p["lag"] for p in self.partitions.values())
 
     @property
     def max_lag(self) -> int:
-        return max((p["lag"] for p in self.partitions.values() if p["lag"] is not None), default=0)
+        return max((p["lag"] for p in self.partitions.values()), default=0)
 
     def to_json(self) -> dict:
         return {**asdict(self), "total_lag": self.total_lag, "max_partition_lag": self.max_lag}
@@ -78,9 +80,10 @@ def _catalog_unreachable(config: RouterConfig, exc: BaseException) -> ServiceUna
     return CatalogReader._unavailable(config.catalog.url, config.catalog.name, exc)
 
 
-def broker_end_offsets(config: RouterConfig, timeout: float = BROKER_TIMEOUT) -> dict[str, int]:
-    """"topic/partition" -> end offset of every partition of the subscription (read_committed by
-    default, as the job reads); ServiceUnavailable naming the bootstrap servers when it does not answer."""
+def broker_offsets(config: RouterConfig, timeout: float = BROKER_TIMEOUT) -> tuple[dict[str, int], dict[str, int]]:
+    """("topic/partition" -> earliest offset, -> end offset) of every partition of the subscription
+    (read_committed by default, as the job reads); ServiceUnavailable naming the bootstrap servers
+    when they do not answer."""
     from confluent_kafka import KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -96,11 +99,14 @@ def broker_end_offsets(config: RouterConfig, timeout: float = BROKER_TIMEOUT) ->
         partitions = sorted((name, p) for name, topic in metadata.topics.items()
                             if options.matches(name) and topic.error is None for p in topic.partitions)
         if not partitions:
-            return {}
+            return {}, {}
         level = ISOLATION[options.client_config.get("isolation.level", "read_committed")]
-        futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions},
-                                     isolation_level=level, request_timeout=timeout)
-        return {tp_key(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        out = []
+        for spec in (OffsetSpec.earliest, OffsetSpec.latest):
+            futures = admin.list_offsets({TopicPartition(t, p): spec() for t, p in partitions},
+                                         isolation_level=level, request_timeout=timeout)
+            out.append({tp_key(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()})
+        return out[0], out[1]
     except KafkaException as exc:
         raise ServiceUnavailable(f"could not reach the Kafka brokers at {where}: {exc.args[0] if exc.args else exc}",
                                  service="Kafka", url=where) from None
@@ -189,7 +195,7 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
     """The job's state as the catalog and the broker have it now; ServiceUnavailable (exit 3) when
     either does not answer."""
     now = time.time() if now is None else now
-    ends = broker_end_offsets(config)
+    earliest, ends = broker_offsets(config)
     state = JobState(config.job.name, config.catalog.url, mask_url(config.kafka.bootstrap_servers), now)
     topics = sorted({key.rsplit("/", 1)[0] for key in ends})
     try:
@@ -221,7 +227,9 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
     for key, end in sorted(ends.items()):
         held = [t.next_offsets[key] for t in state.tables if key in t.next_offsets]
         nxt = settled.get(key) if settled is not None and key in settled else (min(held) if held else None)
-        state.partitions[key] = {"end": end, "next": nxt, "lag": None if nxt is None else max(0, end - nxt)}
+        # a partition the job never read is behind by all it holds (the job reads a new one from its start)
+        lag = max(0, end - (nxt if nxt is not None else earliest.get(key, 0)))
+        state.partitions[key] = {"end": end, "next": nxt, "lag": lag}
     running = not config.job.lease_seconds or (state.lease is not None and not state.lease["expired"])
     state.quarantined = quarantined_tables(config, running)
     state.dead_letters = summarize(letters) if letters is not None else {}
@@ -233,7 +241,7 @@ def breaches(state: JobState, max_lag: int | None = None, max_dead_letters: int 
     """What is over the thresholds the operator passed (empty: healthy)."""
     out = []
     if max_lag is not None:
-        over = {k: p["lag"] for k, p in state.partitions.items() if p["lag"] is not None and p["lag"] > max_lag}
+        over = {k: p["lag"] for k, p in state.partitions.items() if p["lag"] > max_lag}
         if over:
             worst = max(over, key=over.get)
             out.append(f"lag over {max_lag} on {len(over)} partition(s) (worst {worst}: {over[worst]})")
@@ -267,10 +275,10 @@ def format_text(state: JobState, problems: list[str]) -> str:
     lines.append(f"lag: {state.total_lag:,} records over {len(state.partitions)} partitions "
                  f"(max {state.max_lag:,} on one)")
     for key, p in state.partitions.items():
-        if p["lag"]:
+        if p["next"] is None:
+            lines.append(f"  {key}: end {p['end']}, never read, lag {p['lag']:,}")
+        elif p["lag"]:
             lines.append(f"  {key}: end {p['end']}, next {p['next']}, lag {p['lag']:,}")
-        elif p["next"] is None:
-            lines.append(f"  {key}: end {p['end']}, not read yet")
     lines.append(f"tables: {len(state.tables)}")
     for t in state.tables:
         lag = sum(t.lag.values())

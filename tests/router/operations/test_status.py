@@ -45,7 +45,7 @@ def catalog_props(request, tmp_path) -> dict:
 def write_config(tmp_path, prefix: str, bootstrap: str, props: dict, **job) -> str:
     path = tmp_path / "router.yaml"
     path.write_text(yaml.safe_dump({
-        "kafka": {"bootstrap_servers": bootstrap, "topics": [f"{prefix}.orders"]},
+        "kafka": {"bootstrap_servers": bootstrap, "topics": [f"{prefix}.orders", f"{prefix}.late"]},
         "registry": {"url": "http://127.0.0.1:9"},
         "catalog": {"name": prefix, "properties": props},
         "job": {"name": f"job_{prefix}", "checkpoint": str(tmp_path / "checkpoint"), **job},
@@ -98,11 +98,14 @@ def test_status_reports_tables_lag_lease_quarantine_and_letters(tmp_path, kafka_
     prefix = unique_name("st")
     topic = f"{prefix}.orders"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+    late = f"{prefix}.late"  # a topic the job never read: behind by all it holds
+    for future in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(late, 1, 1)]).values():
         future.result(15)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(15):
         producer.produce(topic, value=b"x", partition=0 if i < 10 else 1)  # ends: p0 10, p1 5
+    for i in range(3):
+        producer.produce(late, value=b"x", partition=0)
     assert producer.flush(30) == 0
     path = write_config(tmp_path, prefix, kafka_bootstrap, catalog_props)
     config = load_config(path)
@@ -126,17 +129,19 @@ def test_status_reports_tables_lag_lease_quarantine_and_letters(tmp_path, kafka_
     stamp = load_table(config.catalog, orders, refresh=True).current_snapshot().timestamp_ms / 1000
     assert tables[orders]["last_commit"] == stamp
     # the job's next offset is the settled one: end 10 - next 9, end 5 - next 5
-    assert doc["partitions"] == {p0: {"end": 10, "next": 9, "lag": 1}, p1: {"end": 5, "next": 5, "lag": 0}}
-    assert doc["total_lag"] == 1 and doc["max_partition_lag"] == 1
+    assert doc["partitions"] == {p0: {"end": 10, "next": 9, "lag": 1}, p1: {"end": 5, "next": 5, "lag": 0},
+                                 f"{late}/0": {"end": 3, "next": None, "lag": 3}}
+    assert doc["total_lag"] == 4 and doc["max_partition_lag"] == 3
     assert doc["dead_letters"]["total"] == 3
     assert doc["dead_letters"]["by_reason"] == {"evolution_violation": 2, "unmatched": 1}
     assert doc["lease"] is None and doc["quarantined"] == [] and doc["healthy"] is True
 
     over = status(path, "--max-lag", "0", "--max-dead-letters", "2")
     assert over.returncode == 1, over.stderr
-    assert f"UNHEALTHY: lag over 0 on 1 partition(s) (worst {p0}: 1)" in over.stdout
+    assert f"UNHEALTHY: lag over 0 on 2 partition(s) (worst {late}/0: 3)" in over.stdout
     assert "UNHEALTHY: 3 dead letters held (over 2)" in over.stdout
-    assert status(path, "--max-lag", "1", "--max-dead-letters", "3").returncode == 0
+    assert f"{late}/0: end 3, never read, lag 3" in over.stdout
+    assert status(path, "--max-lag", "3", "--max-dead-letters", "3").returncode == 0
 
     # a running job: its lease, and the tables its driver quarantined (the hand-off file of a live pid)
     lease = Lease(config.catalog, lease_table(config), config.job.name, ttl=30, settle=0)
