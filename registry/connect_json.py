@@ -16,11 +16,14 @@ import datetime as dt
 import decimal
 import hashlib
 import json
+import re
 import threading
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 from cachetools import LRUCache
 
 from evolution.arrow import iceberg_to_arrow
@@ -28,6 +31,7 @@ from evolution.connect import (
     CONNECT_DATE, CONNECT_DECIMAL, CONNECT_TIME, CONNECT_TIMESTAMP, connect_to_iceberg,
 )
 from registry.artifacts import SchemaArtifacts
+from registry.connect_columns import finish, raw_type, unscaled as _unscaled
 from registry.exceptions import UnsupportedSchemaType
 
 try:
@@ -37,11 +41,16 @@ try:
 
     def _key(schema: Any) -> bytes:
         return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+
+    orjson_dumps = orjson.dumps
 except ImportError:  # pragma: no cover - orjson is optional
     _loads = json.loads
 
     def _key(schema: Any) -> bytes:
         return json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
+
+    def orjson_dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 __all__ = ["CONNECT", "decode_connect_json", "connect_artifacts"]
 
@@ -54,15 +63,6 @@ Failure = tuple[int, str, str]
 
 _cache: LRUCache = LRUCache(maxsize=1024)
 _lock = threading.Lock()
-
-
-def _unscaled(v: Any, scale: int) -> decimal.Decimal:
-    if isinstance(v, str):  # base64 of the big-endian two's complement unscaled value
-        raw = base64.b64decode(v, validate=True)
-        return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
-    if isinstance(v, (int, float)) and not isinstance(v, bool):  # decimal.format=NUMERIC
-        return decimal.Decimal(str(v))
-    raise TypeError(f"expected a decimal, got {v!r}")
 
 
 def _check(kind: type | tuple[type, ...], what: str) -> Conv:
@@ -138,6 +138,8 @@ class ConnectDecoder:
         self.convert = (lambda v: {"value": root(v)}) if self.wrapped else root
         self.struct = pa.struct(list(arrow))
         self.arrow = arrow
+        self.schema = schema
+        self.raw = None if self.wrapped else raw_type(schema)  # the payload's JSON shape, for the column-wise path
 
     def rows(self, payloads: list[Any]) -> tuple[pa.RecordBatch, list[int], list[tuple[int, str]]]:
         """(batch of the payloads that fit, their positions, [(position, reason)])."""
@@ -161,6 +163,35 @@ class ConnectDecoder:
             ok, rows = [i for i, _ in keep], [r for _, r in keep]
             array = pa.array(rows, type=self.struct)
         return pa.RecordBatch.from_struct_array(array).cast(self.arrow), ok, sorted(bad)
+
+    def columns(self, payloads: pa.Array) -> pa.RecordBatch | None:
+        """The payloads' JSON text read column-wise (pyarrow's JSON reader with the schema's JSON shape,
+        then Connect's logical types converted per column); None when the schema or the values need
+        the per-record path (maps, a root that is not a struct, a required value missing, a type that
+        does not fit)."""
+        if self.raw is None:
+            return None
+        if not len(payloads):
+            return None
+        texts = payloads.cast(pa.large_binary())
+        if pc.any(pc.match_substring_regex(texts, pattern="[\r\n]")).as_py():  # whitespace in pretty-printed JSON
+            texts = pc.replace_substring_regex(texts, pattern="[\r\n]", replacement=" ")
+        offsets = pa.array([0, len(texts)], pa.int64())
+        data = pc.binary_join(pa.LargeListArray.from_arrays(offsets, texts), pa.scalar(b"\n", pa.large_binary()))
+        data = data[0].as_buffer()
+        longest = pc.max(pc.binary_length(texts)).as_py() or 0
+        try:
+            table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(
+                block_size=max(4 << 20, 2 * longest + 2), use_threads=False),
+                parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(self.raw)),
+                                              unexpected_field_behavior="ignore"))
+            if table.num_rows != len(texts):
+                return None
+            array = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], fields=list(self.raw))
+            converted = finish(array, self.schema, self.struct)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError, TypeError):
+            return None
+        return pa.RecordBatch.from_struct_array(converted) if converted is not None else None
 
     def decode(self, framed: pa.Array, skip: int) -> tuple[pa.RecordBatch, np.ndarray, list[tuple[int, str]]]:
         payloads = [_loads(v[skip:])["payload"] if v is not None else None for v in framed.to_pylist()]
@@ -188,43 +219,114 @@ def connect_artifacts(schema: Any) -> SchemaArtifacts:
     return art
 
 
+_PAYLOAD_KEY = re.compile(rb'\s*,\s*"payload"\s*:\s*')
+
+
+def _schema_prefix(value: bytes) -> bytes | None:
+    """The bytes a record starts with up to its payload's value (``{"schema": {...}, "payload": ``),
+    when the schema comes first (as the JsonConverter writes it); None otherwise."""
+    head = re.match(rb'\{\s*"schema"\s*:\s*', value)
+    if head is None:
+        return None
+    try:
+        text = value.decode("utf-8")
+        _, end = _RAW_DECODER.raw_decode(text, len(head.group(0).decode()))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    prefix = text[:end].encode()
+    tail = _PAYLOAD_KEY.match(value, len(prefix))
+    return value[:tail.end()] if tail is not None and len(text) == len(value) else None
+
+
+_RAW_DECODER = json.JSONDecoder()
+MAX_PREFIXES = 16  # schema texts learned per batch (a producer that reorders its schema's keys stays correct)
+
+
+def _envelope(value: bytes, pos: int, bad: list) -> Any:
+    """One record parsed whole: its doc, or None with its failure in `bad`."""
+    try:
+        doc = _loads(value)
+    except (ValueError, TypeError) as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append((pos, "invalid_utf8", "value is not valid UTF-8"))
+            return None
+        bad.append((pos, "decode_error", f"invalid JSON: {str(exc).splitlines()[0][:200]}"))
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
+        bad.append((pos, "decode_error", "not a Kafka Connect JSON envelope: no 'schema' object "
+                                         "(is the converter's schemas.enable off? use format json)"))
+        return None
+    if "payload" not in doc:
+        bad.append((pos, "decode_error", "Kafka Connect JSON envelope without a 'payload'"))
+        return None
+    return doc
+
+
 def decode_connect_json(values: pa.Array) -> tuple[list[tuple[SchemaArtifacts, pa.RecordBatch, np.ndarray]],
                                                    list[Failure]]:
-    """([(artifacts, batch, positions)], [(position, error class, reason)]); nulls are left to the caller."""
-    groups: dict[bytes, tuple[Any, list[int], list[Any]]] = {}
+    """([(artifacts, batch, positions)], [(position, error class, reason)]); nulls are left to the caller.
+
+    The schema is the same text in nearly every record of a topic: a record is parsed whole, and the
+    records that start with the same bytes up to their payload are found and cut to their payload
+    text by Arrow kernels, then read column-wise (``ConnectDecoder.columns``); what is left goes
+    record by record. At most MAX_PREFIXES schema texts are learned per batch."""
+    values = values.cast(pa.binary()) if values.type != pa.binary() else values
+    remaining = np.flatnonzero(np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+    groups: dict[bytes, tuple[Any, list[np.ndarray], list[pa.Array], list[int], list[Any]]] = {}
     bad: list[Failure] = []
-    for pos, value in enumerate(values.to_pylist()):
-        if value is None:
+    learned = 0
+    while len(remaining):
+        pos = int(remaining[0])
+        value = values[pos].as_py()
+        remaining = remaining[1:]
+        doc = _envelope(value, pos, bad)
+        if doc is None:
             continue
-        try:
-            doc = _loads(value)
-        except (ValueError, TypeError) as exc:
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                bad.append((pos, "invalid_utf8", "value is not valid UTF-8"))
-                continue
-            bad.append((pos, "decode_error", f"invalid JSON: {str(exc).splitlines()[0][:200]}"))
+        key = _key(doc["schema"])
+        entry = groups.setdefault(key, (doc["schema"], [], [], [], []))
+        prefix = _schema_prefix(value) if learned < MAX_PREFIXES and value.endswith(b"}") else None
+        if prefix is None:
+            entry[3].append(pos)
+            entry[4].append(doc["payload"])
             continue
-        if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
-            bad.append((pos, "decode_error", "not a Kafka Connect JSON envelope: no 'schema' object "
-                                             "(is the converter's schemas.enable off? use format json)"))
-            continue
-        if "payload" not in doc:
-            bad.append((pos, "decode_error", "Kafka Connect JSON envelope without a 'payload'"))
-            continue
-        entry = groups.setdefault(_key(doc["schema"]), (doc["schema"], [], []))
-        entry[1].append(pos)
-        entry[2].append(doc["payload"])
+        learned += 1
+        taken = values.take(pa.array(remaining, pa.int64())) if len(remaining) else values.slice(0, 0)
+        pattern = prefix.decode("utf-8")
+        same = pc.and_(pc.starts_with(taken, pattern=pattern), pc.ends_with(taken, pattern="}"))
+        same = np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        at = np.concatenate(([pos], remaining[same]))
+        entry[1].append(at)
+        entry[2].append(pc.binary_slice(values.take(pa.array(at, pa.int64())), len(prefix), -1))
+        remaining = remaining[~same]
     out = []
-    for schema, positions, payloads in groups.values():
+    for schema, fast_at, fast_text, slow_at, slow_docs in groups.values():
         try:
             art = connect_artifacts(schema)
         except UnsupportedSchemaType as exc:
-            bad.extend((p, "unsupported_schema", str(exc)) for p in positions)
+            at = [int(p) for a in fast_at for p in a] + slow_at
+            bad.extend((p, "unsupported_schema", str(exc)) for p in at)
             continue
-        batch, ok, failed = art.decoder.rows(payloads)
-        bad.extend((positions[i], "decode_error", reason) for i, reason in failed)
-        out.append((art, batch, np.asarray([positions[i] for i in ok], dtype=np.int64)))
+        positions = np.concatenate(fast_at + [np.asarray(slow_at, dtype=np.int64)]).astype(np.int64)
+        texts = pa.concat_arrays(fast_text + [pa.array([orjson_dumps(d) for d in slow_docs], pa.binary())])
+        batch = art.decoder.columns(texts)
+        if batch is not None:
+            out.append((art, batch, positions))
+            continue
+        keep, docs = [], []
+        for i, text in enumerate(texts.to_pylist()):
+            try:
+                docs.append(_loads(text))
+            except (ValueError, TypeError):  # not the payload alone after all: the record parsed whole
+                doc = _envelope(values[int(positions[i])].as_py(), int(positions[i]), bad)
+                if doc is None:
+                    continue
+                docs.append(doc["payload"])
+            keep.append(i)
+        positions = positions[np.asarray(keep, dtype=np.int64)]
+        batch, ok, failed = art.decoder.rows(docs)
+        bad.extend((int(positions[i]), "decode_error", reason) for i, reason in failed)
+        out.append((art, batch, positions[np.asarray(ok, dtype=np.int64)]))
     bad.sort()
     return out, bad

@@ -193,3 +193,39 @@ def test_each_row_of_the_readmes_json_type_table(row):
     field = next((f for f in result.groups[0].artifacts.iceberg_schema.fields if f.name == "v"), None)
     got = "no column" if field is None else re.sub(r"\d+: ", "", str(field.field_type))
     assert got == re.sub(r" \(.*\)$", "", iceberg)
+
+
+FLAT_ORDER = {**ORDER, "fields": [f for f in ORDER["fields"] if f["type"] != "map"]}
+
+
+def test_connect_json_column_wise_and_record_by_record_give_the_same_rows():
+    """A schema without maps is read column-wise (the payload text only, once the schema's bytes are
+    known); a record whose payload does not fit makes its group go record by record, with the reason."""
+    from registry.connect_json import connect_artifacts
+
+    price = base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode()
+    payloads = [{"id": i, "price": price if i % 2 else None, "day": 19000 + i, "at_time": 1000 * i,
+                 "at": 1_700_000_000_000 + i, "tags": ["a", "b"][: i % 3], "blob": base64.b64encode(b"x").decode()}
+                for i in range(50)]
+    art = connect_artifacts(FLAT_ORDER)
+    columns = art.decoder.columns(pa.array([json.dumps(p).encode() for p in payloads], pa.binary()))
+    records, ok, bad = art.decoder.rows(payloads)
+    assert columns is not None and not bad and columns.to_pylist() == records.to_pylist()
+    compact = values(*[json.dumps({"schema": FLAT_ORDER, "payload": p}, separators=(",", ":")).encode()
+                       for p in payloads])
+    assert [r for g in decode_unframed(None, ValueFormat("connect_json"), compact).groups
+            for r in g.batch.to_pylist()] == records.to_pylist()
+    broken = values(*[connect(FLAT_ORDER, p) for p in payloads[:3]], connect(FLAT_ORDER, {"id": "seven"}))
+    result = decode_unframed(None, ValueFormat("connect_json"), broken)
+    assert sorted(rows(result)) == [0, 1, 2] and failures(result)[3][0] == "decode_error"
+
+
+def test_connect_json_records_that_share_the_schema_text_but_break_after_it_fail_alone():
+    good = [json.dumps({"schema": FLAT_ORDER, "payload": {"id": i}}, separators=(",", ":")).encode() for i in range(4)]
+    head = good[0][:good[0].index(b'"payload":') + len(b'"payload":')]
+    extra = json.dumps({"schema": FLAT_ORDER, "payload": {"id": 9}, "note": "x"}, separators=(",", ":")).encode()
+    result = decode_unframed(None, ValueFormat("connect_json"), values(*good, head + b'{"id": 5', extra, head + b"[1]}"))
+    assert sorted(rows(result)) == [0, 1, 2, 3, 5]  # an envelope with an extra key is still one
+    assert rows(result)[5]["id"] == 9
+    got = failures(result)
+    assert got[4][1].startswith("invalid JSON") and got[6][0] == "decode_error"
