@@ -58,6 +58,36 @@ def raw_type(node: dict) -> pa.DataType | None:
 _MS_TIME = pa.time32("ms")
 
 
+def _filled(array: pa.Array) -> pa.Array:
+    """`array` without nulls: each null a placeholder (0, "", an empty list...), as pyarrow builds a
+    required field of a null struct; Parquet refuses nulls in a required column even under a null parent."""
+    t = array.type
+    if pa.types.is_struct(t):
+        children = [array.field(i) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays([c if t.field(i).nullable or not c.null_count else _filled(c)
+                                           for i, c in enumerate(children)], fields=list(t))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return type(array).from_arrays(array.offsets, array.values, type=t)
+    return pc.fill_null(array, pa.scalar(_PLACEHOLDERS.get(_kind(t), 0), type=t))
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    return "int"
+
+
+_PLACEHOLDERS = {"string": "", "binary": b"", "bool": False, "float": 0.0, "decimal": decimal.Decimal(0), "int": 0}
+
+
 def finish(array: pa.Array, node: dict, target: pa.DataType) -> pa.Array | None:
     """A column as read from JSON -> Connect's values in the table's Arrow type `target` (None: a
     required value is missing where its struct is there: the records go one by one, with reasons)."""
@@ -83,6 +113,8 @@ def finish(array: pa.Array, node: dict, target: pa.DataType) -> pa.Array | None:
             done = finish(child, f, tf.type)
             if done is None:
                 return None
+            if not tf.nullable and done.null_count:  # only where the struct is null: a placeholder value
+                done = _filled(done)
             children.append(done)
         # a required child may hold nulls only where its struct is null: the struct's mask says so
         return pa.StructArray.from_arrays(children, fields=list(target),

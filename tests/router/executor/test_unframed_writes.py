@@ -140,3 +140,17 @@ def test_flattened_debezium_records_are_mirrored(catalog_config, registry_url, u
     assert manifests_hold_no_equality_deletes(handle) > 0
     names = handle.schema().column_names
     assert "__op" not in names and "__deleted" not in names and "__source_lsn" in names
+
+
+def test_debezium_json_envelopes_appended_as_rows(catalog_config, registry_url, unique_name):
+    """The envelope itself as a log row (a null `before` holds required fields): DuckDB reads every event."""
+    ns = unique_name("da")
+    table = f"{ns}.events"
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "log", "topic": "dbz.*", "table": table, "format": "connect_json"}])
+    script, stream = cdc.ChangeScript(seed=5), JsonStream("dbz.events")
+    events = [e for e in [*script.snapshot(20), *script.mixed(30)] if e.value is not None]
+    results, report = run_batch(dispatcher, stream.batches(events), 0)
+    assert not report.failed, report.failed
+    got = duck(catalog_config, table, "op", "_kafka_offset")
+    assert sorted(op for op, _ in got) == sorted(e.op for e in events)
