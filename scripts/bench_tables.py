@@ -103,6 +103,17 @@ JOB = (
         "protobuf_e2e.json", lambda d: f"**{pct(d['protobuf_share_of_avro'])}** of the Avro rate "
                                        f"({n(d['records_per_s']['proto'])} against {n(d['records_per_s']['avro'])} records/s)",
         ">= 70%", lambda d: d["protobuf_share_of_avro"] >= d["target_share"]),
+    Row("topics without a registry: the same records as plain JSON, columns inferred (200 topics)",
+        "formats.json", lambda d: f"**{x(d['ratio_to_avro']['json'])}** the Avro rate "
+                                  f"({n(d['records_per_s']['json'])} against {n(d['records_per_s']['avro'])} records/s)",
+        ">= x0.7", lambda d: d["ratio_to_avro"]["json"] >= 0.7),
+    Row("the same records read raw (key and value bytes)",
+        "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} records/s)",
+        ">= x1.5", lambda d: d["ratio_to_avro"]["raw"] >= 1.5),
+    Row("Debezium JSON (the JsonConverter's envelope) into 20 CDC tables",
+        "upsert_json.json", lambda d: f"**{n(d['change_events_per_s'])} change events/s**; upsert at "
+                                      f"{pct(d['upsert_vs_append'])} of append",
+        ">= 50,000 events/s", lambda d: d["change_events_per_s"] >= 50_000),
     Row("change streams: upsert against append, same events",
         "upsert.json", lambda d: f"{n(d['change_events_per_s'])} change events/s; upsert at "
                                  f"{pct(d['upsert_vs_append'])} of append"),
@@ -128,6 +139,9 @@ COMPONENTS = (
     Row("inline merge memory: streamed against whole files", "merge_memory.json",
         lambda d: f"Arrow pool peak {d['median']['new']['pool_peak_mib']:.0f} MiB against "
                   f"{d['median']['old']['pool_peak_mib']:.0f} MiB (**{x(d['ratio_old_new']['pool_peak_mib'])}**)"),
+    Row("unframed JSON decoded to Arrow, columns inferred (12 fields, one core)", "json.json",
+        lambda d: f"**{n(d['records_per_s']['ours: inferred json'])} records/s** (orjson + from_pylist "
+                  f"{n(d['records_per_s']['orjson + from_pylist'])})"),
     Row("Python workers warmed while the query starts: `icerouter demo`'s first batch", "warm_up.json",
         lambda d: f"{d['median']['on']['first_batch_dispatch_s']:.2f} s against "
                   f"{d['median']['off']['first_batch_dispatch_s']:.2f} s ({x(d['first_batch_off_over_on'])})"),
