@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evolution.connect import CONNECT_DATE, CONNECT_DECIMAL, CONNECT_TIME, CONNECT_TIMESTAMP
+from registry.arrow_lists import with_values
 
 __all__ = ["raw_type", "finish", "unscaled"]
 
@@ -127,10 +128,5 @@ def finish(array: pa.Array, node: dict, target: pa.DataType) -> pa.Array | None:
         done = finish(values, item, target.value_type)
         if done is None:
             return None
-        offsets = array.offsets
-        if offsets[0].as_py():
-            offsets = pc.subtract(offsets, offsets[0])
-        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
-        return cls.from_arrays(offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32()), done,
-                               type=target, mask=array.is_null() if array.null_count else None)
+        return with_values(array, done, target)
     return array.cast(target)

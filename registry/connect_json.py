@@ -30,6 +30,7 @@ from evolution.arrow import iceberg_to_arrow
 from evolution.connect import (
     CONNECT_DATE, CONNECT_DECIMAL, CONNECT_TIME, CONNECT_TIMESTAMP, connect_to_iceberg,
 )
+from registry.arrow_lists import not_json
 from registry.artifacts import SchemaArtifacts
 from registry.connect_columns import finish, raw_type, unscaled as _unscaled
 from registry.exceptions import UnsupportedSchemaType
@@ -247,12 +248,7 @@ def _envelope(value: bytes, pos: int, bad: list) -> Any:
     try:
         doc = _loads(value)
     except (ValueError, TypeError) as exc:
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            bad.append((pos, "invalid_utf8", "value is not valid UTF-8"))
-            return None
-        bad.append((pos, "decode_error", f"invalid JSON: {str(exc).splitlines()[0][:200]}"))
+        bad.append((pos, *not_json(value, exc)))
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
         bad.append((pos, "decode_error", "not a Kafka Connect JSON envelope: no 'schema' object "

@@ -31,6 +31,7 @@ import pyarrow.json as pj
 from cachetools import LRUCache
 from pyiceberg.schema import Schema
 
+from registry.arrow_lists import not_json, with_values
 from registry.artifacts import JSON as JSON_TYPE
 from registry.artifacts import SchemaArtifacts, build_artifacts
 from registry.exceptions import UnsupportedSchemaType
@@ -180,13 +181,7 @@ def _conform(array: pa.Array, target: pa.DataType) -> pa.Array:
         children = [_conform(array.field(f.name), f.type) for f in target]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null() if array.null_count else None)
     if pa.types.is_list(target) or pa.types.is_large_list(target):
-        values = _conform(array.flatten(), target.value_type)
-        offsets = array.offsets
-        if offsets[0].as_py():
-            offsets = pc.subtract(offsets, offsets[0])
-        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
-        return cls.from_arrays(offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32()), values,
-                               type=target, mask=array.is_null() if array.null_count else None)
+        return with_values(array, _conform(array.flatten(), target.value_type), target)
     return array.cast(target)
 
 
@@ -206,12 +201,7 @@ def _check(values: list[bytes | None], positions: np.ndarray) -> tuple[list[int]
         try:
             doc = _loads(value)
         except (ValueError, TypeError) as exc:
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                bad.append((int(pos), "invalid_utf8", "value is not valid UTF-8"))
-                continue
-            bad.append((int(pos), "decode_error", f"invalid JSON: {str(exc).splitlines()[0][:200]}"))
+            bad.append((int(pos), *not_json(value, exc)))
             continue
         if not isinstance(doc, dict):
             bad.append((int(pos), "decode_error", f"a JSON {_json_kind(doc)} where an object was expected"))

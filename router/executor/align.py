@@ -14,6 +14,7 @@ import decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from registry.arrow_lists import with_values
 from router.arrays import one_chunk
 
 
@@ -73,13 +74,7 @@ def align_array(array: pa.Array, target: pa.DataType, case_sensitive: bool = Tru
         return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
     if (pa.types.is_list(target) or pa.types.is_large_list(target)) and (
             pa.types.is_list(source) or pa.types.is_large_list(source)):
-        values = align_array(array.flatten(), target.value_type, case_sensitive)
-        offsets = array.offsets
-        if offsets[0].as_py():
-            offsets = pc.subtract(offsets, offsets[0])
-        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
-        return cls.from_arrays(offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32()), values,
-                               type=target, mask=array.is_null() if array.null_count else None)
+        return with_values(array, align_array(array.flatten(), target.value_type, case_sensitive), target)
     if pa.types.is_map(target) and pa.types.is_map(source):
         keys = align_array(array.keys, target.key_type, case_sensitive)
         items = align_array(array.items, target.item_type, case_sensitive)
