@@ -61,7 +61,7 @@ def _progress(config: RouterConfig, tables: list[str]) -> dict[str, tuple[dict |
     return out
 
 
-def _job_tables(config: RouterConfig) -> list[str]:
+def job_tables(config: RouterConfig) -> list[str]:
     """Every table of the catalog (allowed namespaces when set): for routes named by data."""
     catalog = get_catalog(config.catalog)
     namespaces = config.tables.allowed_namespaces or [".".join(ns) for ns in catalog.list_namespaces()]
@@ -84,7 +84,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
     starting = config.kafka.starting_offsets
     restored: dict[str, list[tuple[int, int, str]]] = {}  # topic -> (partition, offset, table) read again
     dynamic = any(r.named_by_data for r in routing.routes)
-    discovered = [t for t in _job_tables(config) if t != config.dlq.table] if dynamic else []
+    discovered = [t for t in job_tables(config) if t != config.dlq.table] if dynamic else []
     named_by_topic = {topic: [t for _, t in routing.static_tables_for_topic(topic) if t is not None]
                       for topic in sorted({topic for topic, _ in partitions})}
     wanted = [config.dlq.table] if config.dlq.table else []

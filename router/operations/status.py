@@ -115,11 +115,11 @@ def broker_offsets(config: RouterConfig, timeout: float = BROKER_TIMEOUT) -> tup
 def job_tables(config: RouterConfig, topics: list[str]) -> list[str]:
     """The tables the routes name for `topics`, and every table of the allowed namespaces (all
     namespaces when none) that may hold the job's offsets (routes named by data)."""
-    from router.driver.resume import _job_tables
+    from router.driver.resume import job_tables
 
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     named = [t for topic in topics for _, t in routing.static_tables_for_topic(topic) if t is not None]
-    return sorted(t for t in dict.fromkeys(named + _job_tables(config)) if t != config.dlq.table)
+    return sorted(t for t in dict.fromkeys(named + job_tables(config)) if t != config.dlq.table)
 
 
 def _summary_int(snapshot, key: str) -> int | None:
