@@ -26,6 +26,7 @@ from router.devstack.exceptions import (
     StackStateError,
 )
 from router.catalog.lease import JobAlreadyRunning
+from router.operations.replay_commits import ReplayRefused
 from router.deploy.distributions import PackError
 from router.devstack.registry_compat import SchemaInvalid
 from router.exceptions import (
@@ -56,6 +57,7 @@ EXAMPLES = [
     ConfigError("unknown key", path="job.nme"),
     SchemaFileError("schema file x.avsc is not UTF-8 text", path="schemas/x.avsc"),
     JobAlreadyRunning("job 'orders' is already running (pid 4242 on host-a)", job="orders"),
+    ReplayRefused("upsert table db.t has no Kafka metadata columns", table="db.t"),
     PackError("pyarrow is not installed here (icerouter requires pyarrow>=18)", distribution="pyarrow"),
     ServiceUnavailable("could not reach the schema registry", service="schema registry", url="http://r"),
     RouteError("no rule matched", topic="t", partition=0, offset=5),
