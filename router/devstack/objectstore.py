@@ -177,12 +177,25 @@ class LocalObjectStore(Service):
             self.proc = None
 
     def stop(self, remove_data: bool | None = None) -> None:
-        """Terminate (then kill) SeaweedFS; drop a temporary data dir."""
+        """Terminate (then kill) SeaweedFS; drop a temporary data dir and its gRPC sockets."""
         self._kill()
+        self._remove_grpc_sockets()
         remove_tree(self.data_dir, remove_data, self._own_dir)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
+
+    def _remove_grpc_sockets(self) -> None:
+        """SeaweedFS removes its gRPC listeners' sockets (/tmp/seaweedfs-<role>-grpc-<port>.sock) when it
+        stops in time; one killed after the terminate wait (a loaded machine) leaves them behind."""
+        tmp = tempfile.gettempdir()
+        ports = {str(port) for port in (self.ports or {}).values()}
+        for name in os.listdir(tmp):
+            if name.startswith("seaweedfs-") and name.endswith(".sock") and name[:-5].rsplit("-", 1)[-1] in ports:
+                try:
+                    os.remove(os.path.join(tmp, name))
+                except OSError:  # gone meanwhile
+                    pass
 
     def __repr__(self) -> str:
         return f"LocalObjectStore(endpoint={self.endpoint if self.ports else None!r}, pid={self.pid})"
