@@ -202,7 +202,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
               f"must hold {len(script.rows):,} customers", file=out)
         if not wait_for_rows(config, "crm.customers", set(script.rows), query, timeout=300):
             print("  timed out waiting for crm.customers", file=out)
-        _json_phase(bootstrap, config, query, cdc_rows, out)
+        _json_phase(bootstrap, config, query, cdc_rows, out, progress)
         query.stop()
         query = None
         if dispatcher.group is not None:  # its admin client would retry the broker once it is gone
@@ -225,7 +225,7 @@ def run_demo(topics: int = 50, records: int = 20_000, workdir: str | None = None
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _json_phase(bootstrap: str, config, query, cdc_rows: int, out) -> None:
+def _json_phase(bootstrap: str, config, query, cdc_rows: int, out, progress: Progress) -> None:
     """Topics without a registry: plain JSON events (columns inferred, one record that is not JSON)
     and the change stream again, as Debezium writes it through Kafka Connect's JsonConverter."""
     print(f"phase 4: no registry: plain JSON on {JSON_TOPIC} (columns inferred) and Debezium's JSON on "
@@ -235,11 +235,17 @@ def _json_phase(bootstrap: str, config, query, cdc_rows: int, out) -> None:
     script = cdc.ChangeScript(seed=43)
     encode = cdc.DebeziumJsonEncoder(schemas=True)
     changes = [*script.snapshot(cdc_rows // 4), *script.mixed(cdc_rows // 4), *script.change_key()]
+    dead_before = progress.dead
     data.produce(bootstrap, iter(events + [encode(CDC_JSON_TOPIC, e) for e in changes]))
     print(f"  produced {len(events):,} JSON events and {len(changes):,} Debezium JSON events; crm.customers_json "
           f"must hold {len(script.rows):,} customers", file=out)
     if not wait_for_rows(config, "crm.customers_json", set(script.rows), query, timeout=300):
         print("  timed out waiting for crm.customers_json", file=out)
+    if not wait_for_rows(config, "analytics.events", set(range(1_000)), query, timeout=300):
+        print("  timed out waiting for analytics.events", file=out)
+    deadline = time.monotonic() + 120  # the record that is not JSON: its batch's dead-letter commit comes last
+    while progress.dead <= dead_before and time.monotonic() < deadline and query.exception() is None:
+        time.sleep(0.5)
 
 
 def _expected_rows(order_topics, records: int) -> int:
