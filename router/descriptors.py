@@ -120,6 +120,7 @@ class TableResult:
     later: list = field(default_factory=list)
     oldest_ms: int | None = None  # Kafka timestamp (ms) of the oldest record written: the commit's freshness
     reasons: dict = field(default_factory=dict)  # dead-letter table only: error class -> rows
+    read_ms: int | None = None  # when the earliest task of this result began reading (wall clock, router/ledger.py)
 
     @property
     def has_work(self) -> bool:
@@ -152,6 +153,8 @@ class TableResult:
         self.schema_ids |= other.schema_ids
         if other.oldest_ms is not None:
             self.oldest_ms = other.oldest_ms if self.oldest_ms is None else min(self.oldest_ms, other.oldest_ms)
+        if other.read_ms is not None:
+            self.read_ms = other.read_ms if self.read_ms is None else min(self.read_ms, other.read_ms)
         for reason, rows in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + rows
         self.changes += [c for c in other.changes if c not in self.changes]
@@ -169,7 +172,7 @@ class TableResult:
         if not other.has_work:
             return
         part = TableResult(other.table, other.data_files, other.rows, set(other.schema_ids), dict(other.offsets),
-                           upsert=other.upsert)
+                           upsert=other.upsert, read_ms=other.read_ms)
         if self.has_work:
             self.later.insert(len(self.later) - len(other.later), part)
         else:

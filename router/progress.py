@@ -93,15 +93,6 @@ def _ancestors(metadata):
         snapshot_id = snapshot.parent_snapshot_id
 
 
-def rolled_back(table, job: str, doc: dict | None = None) -> dict[str, int]:
-    """{"topic/partition": next offset} where the table holds less than the job's latest commit to
-    it wrote (the property): it was rolled back or restored since. The job reads those partitions
-    again from there even when its checkpoint is further on. `doc`: `stored_progress`, when known."""
-    latest = (_parse(table.metadata.properties.get(property_name(job))) or {}).get("offsets", {})
-    held = (stored_progress(table, job) if doc is None else doc).get("offsets", {})
-    return {key: held.get(key, 0) for key, offset in latest.items() if held.get(key, 0) < offset}
-
-
 def held_summaries(metadata) -> dict[str, str]:
     """Every job's offsets document as of the current snapshot (each the nearest ancestor's), as
     snapshot summary properties. A snapshot that rewrites the same rows (compaction) carries them,

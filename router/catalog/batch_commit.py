@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pyiceberg.table.update import AssertTableUUID
 
 from router.catalog.commit import (
-    CommitOutcome, commit_table, due_for_expiry, held_already, progress_document, stage_transaction,
+    CommitOutcome, commit_table, due_for_expiry, progress_document, stage_transaction,
 )
 from router.catalog.merge_small import merge_for
 from router.catalog.reachable import delete_expired_files, drop_unlisted_manifests
 from router.catalog.tables import get_catalog, load_table
 from router.config import CatalogConfig, MaintenanceConfig
 from router.faults import crash_point, drilling
-from router.progress import stored_progress
+from router.ledger import table_ledger
 
 
 @dataclass
@@ -92,12 +92,12 @@ def _stage(sql, catalog: CatalogConfig, index: int, result, job: str, batch_id: 
         table = load_table(catalog, result.table)
         if not sql.stages_commits(table):
             return None
-        previous = stored_progress(table, job)
-        held = held_already(previous.get("offsets", {}), result.offsets)
+        ledger = table_ledger(table, job)
+        held = ledger.overlap(result.offsets)
         if held is not None:  # all held (skipped) or part (refused): commit_table decides and says why
             return None
         expire = due_for_expiry(table.metadata, maintenance)
-        tx = stage_transaction(table, result, job, batch_id, progress_document(previous, result, batch_id),
+        tx = stage_transaction(table, result, job, batch_id, progress_document(ledger, result, batch_id),
                                expire, [], merge)
         requirements = tx._requirements + (AssertTableUUID(uuid=tx.table_metadata.table_uuid),)
         commit = sql.stage_commit(table, requirements, tx._updates)

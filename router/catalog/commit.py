@@ -50,7 +50,8 @@ from router.catalog.tables import backoff, delete_quietly, load_table, manifest_
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
 from router.faults import crash_point
-from router.progress import next_offsets, overlap, property_name, stored_progress, widen
+from router.ledger import Ledger, table_ledger
+from router.progress import next_offsets, property_name, widen
 
 
 @dataclass
@@ -80,22 +81,12 @@ class CommitOutcome:
     offsets: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] this commit covered
 
 
-def held_already(stored: dict, offsets: dict) -> str | None:
-    """None when `offsets` are new to the table, "all" when the table holds all of them, else a reason."""
-    held, partial = overlap(stored, offsets)
-    if not held and not partial:
-        return None
-    if held and not partial and len(held) == len(offsets):
-        return "all"
-    keys = sorted(partial or held)
-    return (f"the table already holds part of these rows ({', '.join(keys[:3])}: next offset "
-            f"{stored[keys[0]]}, rows from {offsets[keys[0]][0]}); is a second job using this job name?")
-
-
-def progress_document(previous: dict, result, batch_id: int) -> dict:
-    doc = {"batch_id": batch_id, "offsets": next_offsets(previous.get("offsets", {}), result.offsets)}
-    if result.settled or previous.get("settled"):
-        doc["settled"] = next_offsets(previous.get("settled", {}), result.settled)
+def progress_document(ledger: Ledger, result, batch_id: int) -> dict:
+    """The job's offsets document after this commit (router/ledger.py; the dead-letter table's
+    settled offsets too)."""
+    doc = ledger.advance(result.offsets, batch_id, result.read_ms)
+    if result.settled or ledger.doc.get("settled"):
+        doc["settled"] = next_offsets(ledger.doc.get("settled", {}), result.settled)
     return doc
 
 
@@ -162,16 +153,16 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         deletes: list = []
         try:
             table = load_table(catalog, result.table, refresh=attempt > 0)
-            previous = stored_progress(table, job)
+            ledger = table_ledger(table, job)
             if result.has_work:
-                held = held_already(previous.get("offsets", {}), result.offsets)
+                held = ledger.overlap(result.offsets)
                 if held == "all":
                     outcome.status = "skipped"
                     break
                 if held is not None:
                     last_error = RuntimeError(held)
                     break
-            doc = progress_document(previous, result, batch_id)
+            doc = progress_document(ledger, result, batch_id)
             base, expire = table.metadata, due_for_expiry(table.metadata, maintenance)
             deletes = replaced_rows(table, result.upsert, result.data_files) if result.upsert is not None else []
             tx = stage_transaction(table, result, job, batch_id, doc, expire, deletes, merge)

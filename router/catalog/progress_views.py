@@ -13,7 +13,7 @@ pool (object stores answer in parallel).
 
 `TableView.metadata` has the attributes router/progress.py reads (properties,
 current_snapshot_id, snapshots with snapshot_id, parent_snapshot_id and
-summary.additional_properties), so `stored_progress` and `rolled_back` give the
+summary.additional_properties), so `stored_progress` and `router.ledger.table_ledger` give the
 same answers on a view as on the loaded table (tests/router/catalog/test_progress_views.py).
 Other catalogs (REST, Glue, ...) load each table in the same thread pool.
 """

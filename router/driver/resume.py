@@ -18,7 +18,7 @@ checkpoint the source starts there; with one, the first batch reads from the
 resume offset when the checkpoint is behind it, and from the backfill offset
 when that is behind the checkpoint: a new table's start, or where a table
 rolled back (or restored) since the job's last commit to it now stands
-(router/progress.py `rolled_back`). A table that merely received nothing for a
+(router/ledger.py `Ledger.rewind_from`). A table that merely received nothing for a
 while is not read again.
 """
 
@@ -30,7 +30,8 @@ import time
 from router.catalog import get_catalog
 from router.catalog.progress_views import table_views
 from router.config import RouterConfig
-from router.progress import rolled_back, stored_progress
+from router.ledger import table_ledger
+from router.progress import stored_progress
 from router.routing import RoutingTable
 from router.source.offsets import EARLIEST, LATEST, ResumePlan, tp_key
 from router.source.rewind import split_rewinds
@@ -50,14 +51,15 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
 
 
 def _progress(config: RouterConfig, tables: list[str]) -> dict[str, tuple[dict | None, dict[str, int]]]:
-    """table -> (its progress document, None when the job never committed it; what `rolled_back` finds),
+    """table -> (its progress document, None when the job never committed it; where it must be read
+    again from: `Ledger.rewind_from`),
     for all of `tables` at once: one catalog query and the metadata files read as plain JSON
     (router/catalog/progress_views.py). A table that does not exist reads as never committed."""
     out: dict[str, tuple[dict | None, dict[str, int]]] = dict.fromkeys(tables, (None, {}))
     for identifier, view in table_views(config.catalog, tables).items():
-        doc = stored_progress(view, config.job.name)
-        if doc.get("batch_id", -1) >= 0 or doc.get("offsets"):
-            out[identifier] = (doc, rolled_back(view, config.job.name, doc))
+        ledger = table_ledger(view, config.job.name)
+        if ledger.job_committed:  # a table only replays wrote is new to the job: its tasks skip what they took
+            out[identifier] = (ledger.doc, ledger.rewind_from())
     return out
 
 

@@ -26,7 +26,6 @@ from registry.decode import decode_values
 from registry.formats import RAW, REGISTRY_FORMAT
 from registry.unframed import decode_unframed
 from registry.wire import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
-from router import progress
 from router.arrays import one_chunk
 from router.catalog import load_table
 from router.catalog.tables import refresh_cached
@@ -42,6 +41,7 @@ from router.executor.dead_letters import DeadLetter, write_dead_letters
 from router.executor.evolve import evolve_table
 from router.executor.pending import TOMBSTONES, Pending, cached_table_view, with_kafka_metadata
 from router.executor.upsert import write_upsert_table
+from router.ledger import Ledger, table_ledger
 from router.routing.columns import header_values
 from router.routing.evaluate import evaluate_route
 from router.routing.routes import Feed, fan_in_conflict
@@ -114,7 +114,7 @@ class PartitionWriter:
         self.results: dict[str, TableResult] = {}
         self.letters: list[DeadLetter] = []
         self.pending: dict[str, list[Pending]] = defaultdict(list)
-        self.held: dict[str, dict] = {}  # table -> next offsets it holds (see held_offsets)
+        self.held: dict[str, Ledger] = {}  # table -> what it holds (see held_offsets)
         self.fresh: set[str] = set()  # tables whose cached handles this task refreshed (see held_offsets)
         self.source: pa.Table | None = None
         self.timings: dict[str, float] = defaultdict(float)
@@ -122,6 +122,7 @@ class PartitionWriter:
     # ---------------------------------------------------------------- steps
     def run(self, source: pa.Table) -> list[TableResult]:
         t0 = time.perf_counter()
+        read_ms = int(time.time() * 1000)  # before any letter of this task: the ledger's reads (router/ledger.py)
         ordered, runs = sort_by_topic(source)
         self.source = ordered
         for topic, start, length in runs:
@@ -133,6 +134,8 @@ class PartitionWriter:
             self.write_table(table_id, items)
         t2 = time.perf_counter()
         self.finish_letters(ordered)
+        for result in self.results.values():
+            result.read_ms = read_ms
         self.timings["write"] += time.perf_counter() - t2
         self.timings["dlq_write"] = time.perf_counter() - t2
         return list(self.results.values())
@@ -261,8 +264,8 @@ class PartitionWriter:
         keys = keys.take(pc.subtract(rows, start).to_numpy()) if route.write.upsert and keys is not None else None
         self.pending[table_id].append(Pending(route, group.schema_id, schema, batch, rows, topic, keys))
 
-    def held_offsets(self, table_id: str) -> dict:
-        """The next offsets `table_id` holds, read once per task from fresh metadata.
+    def held_offsets(self, table_id: str) -> Ledger:
+        """What `table_id` holds (its ledger), read once per task from fresh metadata.
 
         Other processes commit this table between two tasks of this worker (the
         driver, other tasks, a retried attempt of this one): the process's cached
@@ -273,19 +276,19 @@ class PartitionWriter:
         if table_id not in self.held:
             try:
                 table = load_table(self.ctx.catalog, table_id, refresh=table_id not in self.fresh)
-                self.held[table_id] = progress.stored_progress(table, self.ctx.job).get("offsets", {})
+                self.held[table_id] = table_ledger(table, self.ctx.job)
             except NoSuchTableError:
-                self.held[table_id] = {}
+                self.held[table_id] = Ledger()
         return self.held[table_id]
 
     def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
         """Mask of `rows` the table does not hold yet (None: it holds none of them)."""
-        stored = self.held_offsets(table_id)
-        if not stored:
+        ledger = self.held_offsets(table_id)
+        if not ledger.written:
             return None
         source = self.source
-        return progress.trim_rows(pc.take(source.column("topic"), rows), pc.take(source.column("partition"), rows),
-                                  pc.take(source.column("offset"), rows), stored)
+        return ledger.keep_rows(pc.take(source.column("topic"), rows), pc.take(source.column("partition"), rows),
+                                pc.take(source.column("offset"), rows))
 
     def drop_held(self, table_id: str, items: list[Pending], result: TableResult) -> list[Pending]:
         """Replays and rewinds read records a table already holds: never write them twice."""

@@ -6,24 +6,36 @@ fixed) the records in the dead-letter table must reach their tables, once, and t
 How: the selected letters become source rows again (their original key, value, headers,
 topic, partition, offset, timestamp) and run through the job's partition writer
 (router/executor/partition.py: decode, route, evolve, write), with two rules of their own
-(`ReplayWriter`): a letter for a table goes to that table only (its record may have reached the
-others already), and "already held" means "taken from an earlier replay", not "below the table's
-progress" (every letter lies below it). Then, in this order:
+(`ReplayWriter`), where a letter goes:
 
-1. each target table commits its rows with the letters' offsets added to its table property
-   ``icerouter.replayed.<job>`` in the same transaction: a replay run again finds them there
-   and writes nothing twice;
+- a letter for a table goes to that table only (its record may have reached the others already);
+- a letter of a route that named no table (a table name refused) goes through that route, or, when
+  the route is gone (renamed), through the routes that match the record now;
+- a letter from before routing (not decodable, no route took its topic) goes through the routes
+  that match now.
+
+Whether a table already holds a letter's record is its ledger's answer (router/ledger.py
+`Ledger.holds_letter`): taken by an earlier replay, or read by the job after the letter was
+written (a route added since backfilled it); a table the letter does not concern (another route's,
+when its own route is gone) holds what it read then. A record no route takes now stays, with
+reason ``replay_unrouted``, unless ``unmatched: drop`` drops it. Then, in this order:
+
+1. each target table commits its rows with the letters' offsets added to its ledger (the job's
+   offsets document, property and snapshot summary) in the same transaction: a replay run again
+   finds them there and writes nothing twice, the job's backfills skip them, and a rollback past
+   the replay gives them back to the job to read again;
 2. the dead-letter table, in one transaction, position-deletes the letters replayed and appends
    the letters that still fail with their new reason (they stay), and counts the run in
    ``icerouter.replays.<job>`` (the job's metrics read it).
 
 Killed between 1 and 2, a second run finds the letters, writes nothing the tables hold, and
-finishes step 2: no row twice, none lost. Both transactions carry the job's offsets document in
-their snapshot summary, as the job's commits do, so the job's own progress is unchanged.
+finishes step 2: no row twice, none lost. The job's contiguous offsets are unchanged by a replay.
 
 Upsert tables: an image from a letter replaces a key's live row only when that row came from an
 older record (same partition: a lower offset; another partition: an older Kafka timestamp); a
-newer row wins and the letter counts as superseded. This needs the rows' Kafka metadata columns
+newer row wins and the letter counts as superseded (recorded in the table's ledger with the
+commit, so the counts are the same whatever step a run was killed at). The dry run decides through
+the same writer and the same supersession check, on files it deletes afterwards. This needs the rows' Kafka metadata columns
 (`tables.metadata_columns`, the default); without them an upsert replay is refused. A key a
 newer change deleted has no row left to compare with: its older image comes back.
 """
@@ -41,30 +53,38 @@ from router.catalog import load_table
 from router.catalog.dead_letter_table import SOURCE_COLUMNS
 from router.catalog.tables import delete_quietly
 from router.config import RouterConfig
-from router.decisions import decide_schema, resolve_policy
+from router.decisions import decide_schema, plan_table, resolve_policy
 from router.descriptors import DispatchContext, TableResult
 from router.exceptions import ConfigError
 from router.executor.dead_letters import dead_letter_batch
 from router.executor.partition import PartitionWriter
 from router.faults import crash_point
 from router.operations.letters import Selection
+from router.ledger import table_ledger
 from router.operations.replay_commits import (
-    REPLAYED_PROPERTY, ReplayRefused, commit_letters, commit_target, holds, identity, letters_at, parse_ranges,
-    taken_offsets,
+    ReplayRefused, commit_letters, commit_target, identity, letters_at, newer_rows_win, taken_offsets,
 )
 from router.source.offsets import tp_key
 
-__all__ = ["REPLAYED_PROPERTY", "ReplayRefused", "ReplayReport", "ReplayWriter", "replay"]
+__all__ = ["ReplayRefused", "ReplayReport", "ReplayWriter", "replay"]
 TARGET_TABLE, TARGET_ROUTE = "__replay_table", "__replay_route"
+FAILED_MS, CONCERNED, LETTER_ROUTE = "__replay_failed_ms", "__replay_concerned", "__replay_letter_route"
+UNROUTED = "replay_unrouted"
 
 
-def as_source(letters: pa.Table) -> pa.Table:
-    """The letters' records as the Kafka source gives them, one row per letter, with its target."""
+def as_source(letters: pa.Table, routes: set[str]) -> pa.Table:
+    """The letters' records as the Kafka source gives them, one row per letter, with its target (a
+    route no longer in `routes` does not restrict it; the tables it then reaches are not its own)."""
     n = letters.num_rows
     columns = {name: letters.column(name) for name in SOURCE_COLUMNS}
     columns["timestampType"] = pa.array([0] * n, pa.int32())
     columns[TARGET_TABLE] = letters.column("table_name")
-    columns[TARGET_ROUTE] = letters.column("route")
+    tables, named = letters.column("table_name").to_pylist(), letters.column("route").to_pylist()
+    columns[TARGET_ROUTE] = pa.array([r if r in routes else None for r in named], pa.string())
+    columns[LETTER_ROUTE] = letters.column("route")
+    columns[CONCERNED] = pa.array([t is not None or r is None or r in routes for t, r in zip(tables, named)])
+    failed = pc.cast(letters.column("failed_at"), pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    columns[FAILED_MS] = pc.fill_null(pc.divide(failed, 1000), 0)
     return pa.table(columns)
 
 
@@ -76,8 +96,9 @@ class ReplayWriter(PartitionWriter):
     def __init__(self, ctx: DispatchContext, dry: bool = False) -> None:
         super().__init__(ctx)
         self.dry = dry
-        self.replayed: dict[str, dict] = {}  # table -> its offsets taken from replays
         self.routed: dict[str, set[int]] = defaultdict(set)  # table -> source rows handed to it
+        self.already: dict[str, set[int]] = defaultdict(set)  # table -> source rows it holds already
+        self.taken: dict[str, set[tuple]] = defaultdict(set)  # table -> (key, offset) handed to it in this run
         self.would_write: Counter = Counter()  # dry run: table -> rows
 
     def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
@@ -92,29 +113,27 @@ class ReplayWriter(PartitionWriter):
         self.routed[table_id].update(rows.to_pylist())
         super().add_pending(table_id, topic, route, group, batch, rows)
 
-    def replayed_offsets(self, table_id: str) -> dict:
-        if table_id not in self.replayed:
-            try:
-                table = load_table(self.ctx.catalog, table_id, refresh=True)
-                raw = table.metadata.properties.get(REPLAYED_PROPERTY.format(job=self.ctx.job))
-                self.replayed[table_id] = parse_ranges(raw)
-            except NoSuchTableError:
-                self.replayed[table_id] = {}
-        return self.replayed[table_id]
-
     def not_held(self, table_id: str, rows: pa.Array) -> pa.Array | None:
-        ranges = self.replayed_offsets(table_id)
-        if not ranges:
-            return None
-        source = self.source
-        keep = [not holds(ranges, tp_key(t, p), o) for t, p, o in zip(
-            pc.take(source.column("topic"), rows).to_pylist(), pc.take(source.column("partition"), rows).to_pylist(),
-            pc.take(source.column("offset"), rows).to_pylist())]
+        """The table's ledger decides per letter (module docstring); a record two letters of this run
+        hand to one table goes to it once."""
+        ledger = self.held_offsets(table_id)
+        source, taken = self.source, self.taken[table_id]
+        columns = [pc.take(source.column(c), rows).to_pylist() for c in ("topic", "partition", "offset", FAILED_MS,
+                                                                         CONCERNED)]
+        keep = []
+        for row, topic, partition, offset, failed_ms, concerned in zip(rows.to_pylist(), *columns):
+            key = tp_key(topic, partition)
+            new = (key, offset) not in taken and not ledger.holds_letter(key, offset, failed_ms, concerned)
+            if new:
+                taken.add((key, offset))
+            else:
+                self.already[table_id].add(row)
+            keep.append(new)
         return None if all(keep) else pa.array(keep)
 
     def write_table(self, table_id, items) -> None:
-        if not self.dry:
-            super().write_table(table_id, items)
+        if not self.dry or (items and items[0].route.write.upsert and self.unchanged(table_id, items)):
+            super().write_table(table_id, items)  # a dry run's upsert files: supersession decided, then deleted
             return
         if self.fan_in_refused(table_id, items):
             return
@@ -141,6 +160,19 @@ class ReplayWriter(PartitionWriter):
                                  d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
             elif d.action != "drop":
                 self.would_write[table_id] += len(item.rows)
+
+    def unchanged(self, table_id, items) -> bool:
+        """The upsert table exists and takes these rows as it is: a dry run may write them (nothing is
+        committed) to decide supersession exactly as the replay does."""
+        ctx, route = self.ctx, items[0].route
+        try:
+            current = load_table(ctx.catalog, table_id).metadata.schema()
+        except NoSuchTableError:
+            return False
+        policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
+        incoming = [item.iceberg_schema for item in items if item.iceberg_schema is not None]
+        return not incoming or not plan_table(current, incoming, policy, ctx.tables.case_sensitive, table_id,
+                                              route.write, route.write.key).changes
 
     def finish_letters(self, ordered: pa.Table) -> None:
         """The letters that still fail are decided by `replay`, not written here."""
@@ -181,7 +213,11 @@ class ReplayReport:
 
 
 def _outcomes(writer: ReplayWriter, ordered: pa.Table) -> tuple[dict[int, list], set[int]]:
-    """(source row -> the new letters of that row that concern its letter, rows whose letter landed)."""
+    """(source row -> the new letters of that row that concern its letter, rows whose letter landed).
+
+    A letter lands when a table took its record (or holds it already) and no new letter of it
+    concerns that table; a letter whose record no route takes now stays as `replay_unrouted`, unless
+    it named no table and the configuration drops unmatched records."""
     targets = ordered.column(TARGET_TABLE).to_pylist()
     routes = ordered.column(TARGET_ROUTE).to_pylist()
     failing: dict[int, list] = defaultdict(list)
@@ -192,22 +228,26 @@ def _outcomes(writer: ReplayWriter, ordered: pa.Table) -> tuple[dict[int, list],
                 continue  # another table's failure: the letter is about its own table
             if want_route is not None and letter.route not in (None, want_route):
                 continue
+            if letter.error_class == "unmatched":
+                letter = _unrouted(row, want_table, "no route takes the record now")
             failing[row].append(replace(letter, rows=[row]))
+    taken = set().union(*writer.routed.values()) if writer.routed else set()
     landed = set()
     for row, want_table in enumerate(targets):
         if row in failing:
             continue
-        if want_table is None or row in writer.routed.get(want_table, ()):
+        if row in taken or (want_table is None and writer.ctx.unmatched == "drop"):
             landed.add(row)
         else:  # the record no longer routes to the table it failed for: it stays, saying so
-            failing[row].append(_unrouted(row, want_table, routes[row]))
+            failing[row].append(_unrouted(row, want_table, f"the record no longer routes to {want_table}"
+                                          if want_table else "no route takes the record now"))
     return failing, landed
 
 
-def _unrouted(row: int, table: str, route: str | None):
+def _unrouted(row: int, table: str | None, reason: str):
     from router.executor.dead_letters import DeadLetter
 
-    return DeadLetter([row], "replay_unrouted", f"the record no longer routes to {table}", table=table, route=route)
+    return DeadLetter([row], UNROUTED, reason, table=table)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -221,39 +261,41 @@ def replay(config: RouterConfig, selection: Selection, dry_run: bool = False) ->
         dlq = load_table(config.catalog, config.dlq.table, refresh=True)
     except NoSuchTableError:
         return report
-    letters = letters_at(dlq, selection)
-    seen, unique = set(), []
-    for i, row in enumerate(letters.select(["table_name", "route", "topic", "partition", "offset"]).to_pylist()):
-        if identity(row) not in seen:
-            seen.add(identity(row))
-            unique.append(i)
-    letters = letters.take(pa.array(unique, pa.int64()))
+    letters = _unique(letters_at(dlq, selection))
     report.selected = letters.num_rows
     if not letters.num_rows:
         return report
     ctx = DispatchContext.for_config(config, -1, commit_in_tasks=False, dlq_producer=None)
     writer = ReplayWriter(ctx, dry=dry_run)
-    results = {r.table: r for r in writer.run(as_source(letters))}
+    results = {r.table: r for r in writer.run(as_source(letters, {r.name for r in config.routes}))}
     ordered = writer.source
     failing, landed = _outcomes(writer, ordered)
     identities = [identity({"table_name": t, "route": r, "topic": topic, "partition": p, "offset": o})
                   for t, r, topic, p, o in zip(*(ordered.column(c).to_pylist() for c in (
-                      TARGET_TABLE, TARGET_ROUTE, "topic", "partition", "offset")))]
+                      TARGET_TABLE, LETTER_ROUTE, "topic", "partition", "offset")))]
     crash_point("replay_write")
+    superseded: dict[str, dict] = {}  # table -> the offsets of its letters a newer row won over
+    for table_id, result in sorted(results.items()):
+        # the rows this table takes: handed to it, not held already, and no new letter of theirs is about it
+        failed_here = {row for row, found in failing.items() for letter in found if letter.table == table_id}
+        rows = sorted(r for r in writer.routed.get(table_id, ()) if r not in failed_here
+                      and r not in writer.already.get(table_id, ()))
+        if not rows or (not result.data_files and result.upsert is None):
+            _drop_files(config, result)
+            continue
+        if dry_run:
+            superseded[table_id] = _dry_supersession(config, result)
+            report.rows_by_table[table_id] = sum(f.record_count for f in result.data_files)
+            _drop_files(config, result)
+            continue
+        status, written = commit_target(config, result, taken_offsets(ordered, rows))
+        report.rows_by_table[table_id] = written
+        crash_point("replay_table")
     if dry_run:
-        report.rows_by_table = dict(writer.would_write)
+        report.rows_by_table.update({t: n for t, n in writer.would_write.items() if t not in report.rows_by_table})
     else:
-        for table_id, result in sorted(results.items()):
-            # the rows this table took: handed to it, and no new letter of theirs is about it
-            failed_here = {row for row, found in failing.items() for letter in found if letter.table == table_id}
-            rows = sorted(r for r in writer.routed.get(table_id, ()) if r not in failed_here)
-            if not rows or (not result.data_files and result.upsert is None):
-                _drop_files(config, result)
-                continue
-            status, written, superseded = commit_target(config, result, taken_offsets(ordered, rows))
-            report.rows_by_table[table_id] = written
-            report.superseded += superseded
-            crash_point("replay_table")
+        superseded = _recorded_supersession(config, [t for t, r in results.items() if r.upsert is not None])
+    report.superseded = _count_superseded(ordered, landed, writer, superseded)
     new = [letter for row in sorted(failing) for letter in failing[row]]
     report.landed = len(landed)
     report.still_failing = dict(Counter(letter.error_class for letter in new))
@@ -266,11 +308,59 @@ def replay(config: RouterConfig, selection: Selection, dry_run: bool = False) ->
     if dry_run:
         return report
     done = {identities[row] for row in landed} | {identities[row] for row in failing}
-    fresh = dead_letter_batch(ordered, new, config.job.name)
+    fresh = dead_letter_batch(ordered.drop_columns([c for c in ordered.column_names if c.startswith("__replay")]),
+                              new, config.job.name)
     commit_letters(config, done, fresh, {"runs": 1, "landed": report.landed, "superseded": report.superseded,
                                          "still_failing": report.failed})
     crash_point("replay_letters")
     return report
+
+
+def _unique(letters: pa.Table) -> pa.Table:
+    """One row per letter identity (a record re-dead-lettered keeps its newest time of failure)."""
+    newest: dict[tuple, int] = {}
+    rows = letters.select(["table_name", "route", "topic", "partition", "offset", "failed_at"]).to_pylist()
+    for i, row in enumerate(rows):
+        ident = identity(row)
+        if ident not in newest or (row["failed_at"] or 0) > (rows[newest[ident]]["failed_at"] or 0):
+            newest[ident] = i
+    return letters.take(pa.array(sorted(newest.values()), pa.int64()))
+
+
+def _dry_supersession(config: RouterConfig, result: TableResult) -> dict:
+    """The dry run's upsert images against the live rows: the replay's own check, on files then deleted."""
+    if result.upsert is None:
+        return {}
+    table = load_table(config.catalog, result.table, refresh=True)
+    _, lost = newer_rows_win(table, result)
+    return lost
+
+
+def _recorded_supersession(config: RouterConfig, tables: list[str]) -> dict[str, object]:
+    """table -> its ledger after the commits: the supersession it recorded, whatever run recorded it."""
+    out = {}
+    for table_id in tables:
+        try:
+            out[table_id] = table_ledger(load_table(config.catalog, table_id, refresh=True), config.job.name)
+        except NoSuchTableError:
+            continue
+    return out
+
+
+def _count_superseded(ordered: pa.Table, landed: set[int], writer: ReplayWriter, superseded: dict) -> int:
+    """Landed letters whose image lost to a newer row (a ledger's record, or the dry run's offsets)."""
+    topics, partitions, offsets = (ordered.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+    count = 0
+    for row in landed:
+        key = tp_key(topics[row], partitions[row])
+        for table_id, lost in superseded.items():
+            if row not in writer.routed.get(table_id, ()):
+                continue
+            if (lost.was_superseded(key, offsets[row]) if hasattr(lost, "was_superseded")
+                    else offsets[row] in lost.get(key, ())):
+                count += 1
+                break
+    return count
 
 
 def _drop_files(config: RouterConfig, result: TableResult) -> None:

@@ -1,7 +1,8 @@
 """The commits of a dead-letter replay (router/operations/replay.py decides what they hold).
 
 Why apart: these are the two transactions that make a replay exactly once, and what they read
-back to stay so: the offsets a table took from replays (a property committed with the rows), the
+back to stay so: the offsets a table took from replays (its ledger, router/ledger.py, committed with
+the rows), the
 letters' places in the dead-letter table (located again on every attempt), the job's offsets
 document carried in each snapshot's summary, and an upsert table's newer rows, which win.
 """
@@ -32,10 +33,10 @@ from router.config import RouterConfig
 from router.descriptors import TableResult
 from router.exceptions import RouterError
 from router.operations.letters import Selection, select_mask
-from router.progress import OFFSETS_PROPERTY, stored_progress
+from router.ledger import from_document, holds, parse_ranges, table_ledger
+from router.progress import OFFSETS_PROPERTY, property_name, stored_progress
 from router.source.offsets import tp_key
 
-REPLAYED_PROPERTY = "icerouter.replayed.{job}"  # target tables: {"topic/partition": [[lo, hi], ...]}
 FILE, POS = "__file", "__pos"
 COMMIT_RETRIES = 6
 
@@ -45,33 +46,7 @@ class ReplayRefused(RouterError):
     exit_code = 2
 
 
-# ----------------------------------------------------------------------------- offsets taken from replays
-
-def parse_ranges(raw: str | None) -> dict[str, list[list[int]]]:
-    try:
-        doc = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def add_offsets(ranges: dict[str, list[list[int]]], taken: dict[str, list[int]]) -> dict[str, list[list[int]]]:
-    """`ranges` with the offsets of `taken` added, as sorted disjoint [lo, hi] runs per partition."""
-    out = {k: [list(r) for r in v] for k, v in ranges.items()}
-    for key, offsets in taken.items():
-        merged: list[list[int]] = []
-        for lo, hi in sorted([*out.get(key, []), *([o, o] for o in set(offsets))]):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        out[key] = merged
-    return dict(sorted(out.items()))
-
-
-def holds(ranges: dict[str, list[list[int]]], key: str, offset: int) -> bool:
-    return any(lo <= offset <= hi for lo, hi in ranges.get(key, ()))
-
+# ----------------------------------------------------------------------------- the target's ledger
 
 def carried_progress(table) -> dict[str, str]:
     """Every job's offsets document as of `table`'s current snapshot, for the summary of a snapshot
@@ -129,34 +104,38 @@ def taken_offsets(ordered: pa.Table, rows) -> dict[str, list[int]]:
     return dict(taken)
 
 
-def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, list[int]]) -> tuple[str, int, int]:
-    """One table's replayed rows and the offsets they came from, in one transaction: (status, rows,
-    upsert keys a newer row kept).
-    Status "held" when an earlier run's commit already took these offsets (it died before step 2)."""
-    prop = REPLAYED_PROPERTY.format(job=config.job.name)
+def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, list[int]]) -> tuple[str, int]:
+    """One table's replayed rows and, in the same transaction, the offsets they came from added to the
+    table's ledger (router/ledger.py: `replayed`, and `superseded` for upsert letters a newer row won
+    over): (status, rows). Status "held" when an earlier run's commit already took these offsets
+    (it died before step 2)."""
+    prop = property_name(config.job.name)
     last: Exception | None = None
     for attempt in range(COMMIT_RETRIES + 1):
         table = load_table(config.catalog, result.table, refresh=True)
-        ranges = parse_ranges(table.metadata.properties.get(prop))
-        if all(holds(ranges, key, o) for key, offsets in taken.items() for o in offsets):
-            return "held", 0, 0
+        ledger = table_ledger(table, config.job.name)
+        if all(holds(ledger.replayed, key, o) or ledger.was_superseded(key, o)
+               for key, offsets in taken.items() for o in offsets):
+            return "held", 0
         deletes: list = []
         try:
-            data_files, superseded = list(result.data_files), 0
+            data_files, superseded = list(result.data_files), {}
             if result.upsert is not None:
                 data_files, superseded = newer_rows_win(table, result)
                 deletes = replaced_rows(table, result.upsert) if result.upsert.touched.num_rows else []
+            latest = from_document(parse_ranges(table.metadata.properties.get(prop)) or None)
             tx = StagedTransaction(table)
-            tx.set_properties({prop: json.dumps(add_offsets(ranges, taken))})
-            summary = {"icerouter.replay": str(len(data_files)), **carried_progress(table)}
+            tx.set_properties({prop: json.dumps(latest.with_replayed(taken, superseded))})
+            summary = {"icerouter.replay": str(len(data_files)), **carried_progress(table),
+                       prop: json.dumps(ledger.with_replayed(taken, superseded))}
             if deletes or result.upsert is not None:
                 row_delta(tx, data_files, deletes, snapshot_properties=summary)
-            elif data_files:
+            else:
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in data_files:
                         append.append_data_file(data_file)
             tx.commit_transaction()
-            return "committed", sum(f.record_count for f in data_files), superseded
+            return "committed", sum(f.record_count for f in data_files)
         except (CommitFailedException, ValidationException) as exc:
             last = exc
             if deletes:
@@ -165,9 +144,10 @@ def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, li
     raise RuntimeError(f"replay commit of {result.table} failed after {COMMIT_RETRIES + 1} attempts: {last}")
 
 
-def newer_rows_win(table, result: TableResult) -> tuple[list, int]:
+def newer_rows_win(table, result: TableResult) -> tuple[list, dict[str, list[int]]]:
     """An upsert result's images, without those whose key's live row came from a newer record
-    (module docstring); `result.upsert.touched` loses those keys too. (data files, keys dropped)."""
+    (module docstring); `result.upsert.touched` loses those keys too. (data files, the offsets of the
+    images dropped: {"topic/partition": [offset, ...]})."""
     from router.catalog.locate import locate_keys
 
     work = result.upsert
@@ -177,11 +157,11 @@ def newer_rows_win(table, result: TableResult) -> tuple[list, int]:
                             "a newer row from an older change (tables.metadata_columns)", table=result.table)
     located = locate_keys(table, work.touched, work.key_columns)
     if located.num_rows == 0:
-        return list(result.data_files), 0
+        return list(result.data_files), {}
     live = _coordinates(table, located, work.key_columns)
     images = pa.concat_tables([_read(table, f.file_path) for f in result.data_files]) if result.data_files else None
     if images is None or images.num_rows == 0:
-        return list(result.data_files), 0
+        return list(result.data_files), {}
     newer = set()
     image_rows = images.select([*work.key_columns, "_kafka_topic", "_kafka_partition", "_kafka_offset",
                                 "_kafka_timestamp"]).to_pylist()
@@ -194,7 +174,11 @@ def newer_rows_win(table, result: TableResult) -> tuple[list, int]:
                     and row["_kafka_timestamp"] > image["_kafka_timestamp"]):
                 newer.add(key)
     if not newer:
-        return list(result.data_files), 0
+        return list(result.data_files), {}
+    lost: dict[str, list[int]] = defaultdict(list)
+    for image in image_rows:
+        if tuple(image[c] for c in work.key_columns) in newer:
+            lost[tp_key(image["_kafka_topic"], image["_kafka_partition"])].append(image["_kafka_offset"])
     keep = pa.array([tuple(r[c] for c in work.key_columns) not in newer for r in image_rows])
     kept = images.filter(keep)
     files = write_data_files(table, kept) if kept.num_rows else []
@@ -203,7 +187,7 @@ def newer_rows_win(table, result: TableResult) -> tuple[list, int]:
     result.upsert = replace(work, touched=touched)
     delete_quietly(table.io, [f.file_path for f in result.data_files])
     result.data_files = files
-    return files, len(newer)
+    return files, dict(lost)
 
 
 def _read(table, path: str) -> pa.Table:

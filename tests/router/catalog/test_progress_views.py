@@ -12,7 +12,8 @@ from router.catalog.progress_views import TableView, table_views
 from router.config import CatalogConfig, parse_config
 from router.driver.job import check_table_modes
 from router.exceptions import ConfigError
-from router.progress import rolled_back, stored_progress
+from router.ledger import table_ledger
+from router.progress import stored_progress
 from router.table_writes import table_key, with_key
 from tests.router.catalog.test_commit import JOB, SCHEMA, catalog_config, result_for  # noqa: F401 (fixture)
 
@@ -39,10 +40,10 @@ def test_views_answer_as_the_loaded_tables(catalog_config, unique_name):
         table = load_table(catalog_config, name, refresh=True)
         assert view.metadata_location == table.metadata_location
         assert stored_progress(view, JOB) == stored_progress(table, JOB)
-        assert rolled_back(view, JOB) == rolled_back(table, JOB)
+        assert table_ledger(view, JOB) == table_ledger(table, JOB)
         assert view.schema() == table.schema()
     assert stored_progress(views[held], JOB)["offsets"] == {"t/0": 30, "t/1": 20}
-    assert rolled_back(views[rolled], JOB) == {"t/0": 0, "t/1": 4}
+    assert table_ledger(views[rolled], JOB).rewind_from() == {"t/0": 0, "t/1": 4}
     assert stored_progress(views[fresh], JOB) == {"batch_id": -1, "offsets": {}}
     assert table_key(views[keyed].schema()) == ("id",)
     if catalog_config.properties.get("type") == "sql":  # read as JSON, not through pyiceberg's model

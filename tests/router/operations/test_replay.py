@@ -24,7 +24,7 @@ from router.config import load_config
 from router.driver.dispatcher import Dispatcher
 from router.operations.letters import Selection, read_letters
 from router.catalog.dead_letter_table import REPLAYS_PROPERTY
-from router.operations.replay_commits import REPLAYED_PROPERTY, add_offsets, holds
+from router.ledger import add_offsets, holds, table_ledger
 from router.progress import stored_progress
 from tests.duckdb_reader import read_iceberg
 from tests.router.executor.test_partition import run_batch, source_batch
@@ -158,8 +158,7 @@ def test_replay_lands_each_letter_once_whatever_step_it_is_killed_at(tmp_path, r
     replays = json.loads(load_table(config.catalog, config.dlq.table, refresh=True).properties[
         REPLAYS_PROPERTY.format(job=config.job.name)])
     assert replays["landed"] == 5 and replays["still_failing"] >= 2 and replays["runs"] >= 2
-    taken = json.loads(load_table(config.catalog, copy, refresh=True).properties[
-        REPLAYED_PROPERTY.format(job=config.job.name)])
+    taken = table_ledger(load_table(config.catalog, copy, refresh=True), config.job.name).replayed
     assert taken == {f"{orders}/0": [[5, 7]]}
     for table in (raw, copy, config.dlq.table):  # the job's own offsets are as they were
         after = stored_progress(load_table(config.catalog, table, refresh=True), config.job.name)
