@@ -141,6 +141,21 @@ class Ledger:
         """The job itself committed to the table (a table only replays wrote is still new to it)."""
         return self.batch_id >= 0 or bool(self.offsets)
 
+    def position(self, key: str) -> int:
+        """Every record of the partition below this offset is settled for the table: the job's next
+        offset, carried on through the runs replays took from there, cut at the first gap."""
+        at = self.offsets.get(key, 0)
+        for lo, hi in sorted([*self.replayed.get(key, []), *self.superseded.get(key, [])]):
+            if lo <= at:
+                at = max(at, hi + 1)
+        gaps = self.gaps.get(key)
+        return min(at, gaps[0][0]) if gaps else at
+
+    def positions(self) -> dict[str, int]:
+        """`position` of every partition the table holds records of."""
+        keys = {*self.offsets, *self.replayed, *self.superseded}
+        return {key: self.position(key) for key in sorted(keys)}
+
     def settled(self, key: str, offset: int) -> bool:
         """The job has nothing more to write of this record to this table."""
         return ((offset < self.offsets.get(key, 0) and not holds(self.gaps, key, offset))

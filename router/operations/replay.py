@@ -42,9 +42,11 @@ newer change deleted has no row left to compare with: its older image comes back
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import NoSuchTableError
@@ -53,16 +55,19 @@ from router.catalog import load_table
 from router.catalog.dead_letter_table import SOURCE_COLUMNS
 from router.catalog.tables import delete_quietly
 from router.config import RouterConfig
-from router.decisions import decide_schema, plan_table, resolve_policy
+from router.changes.dedup import last_change_per_key
+from router.changes.extract import DEBEZIUM, UPSERT, ChangeSpec, extract_changes
+from router.decisions import decide_schema, resolve_policy
 from router.descriptors import DispatchContext, TableResult
 from router.exceptions import ConfigError
 from router.executor.dead_letters import dead_letter_batch
 from router.executor.partition import PartitionWriter
+from router.executor.upsert import key_columns
 from router.faults import crash_point
 from router.operations.letters import Selection
-from router.ledger import table_ledger
+from router.ledger import Ledger, add_offsets, table_ledger
 from router.operations.replay_commits import (
-    ReplayRefused, commit_letters, commit_target, identity, letters_at, newer_rows_win, taken_offsets,
+    ReplayRefused, commit_letters, commit_target, identity, letters_at, superseded_images, taken_offsets,
 )
 from router.source.offsets import tp_key
 
@@ -98,8 +103,10 @@ class ReplayWriter(PartitionWriter):
         self.dry = dry
         self.routed: dict[str, set[int]] = defaultdict(set)  # table -> source rows handed to it
         self.already: dict[str, set[int]] = defaultdict(set)  # table -> source rows it holds already
+        self.passed: dict[str, set[int]] = defaultdict(set)  # of those, rows it read when their letter was new
         self.taken: dict[str, set[tuple]] = defaultdict(set)  # table -> (key, offset) handed to it in this run
         self.would_write: Counter = Counter()  # dry run: table -> rows
+        self.superseded_dry: dict[str, dict] = {}  # dry run: table -> offsets of images a newer row wins over
 
     def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
         source = self.source
@@ -128,12 +135,14 @@ class ReplayWriter(PartitionWriter):
                 taken.add((key, offset))
             else:
                 self.already[table_id].add(row)
+                if not concerned and not ledger.holds_letter(key, offset, failed_ms):
+                    self.passed[table_id].add(row)  # not the letter's table: it does not land the letter
             keep.append(new)
         return None if all(keep) else pa.array(keep)
 
     def write_table(self, table_id, items) -> None:
-        if not self.dry or (items and items[0].route.write.upsert and self.unchanged(table_id, items)):
-            super().write_table(table_id, items)  # a dry run's upsert files: supersession decided, then deleted
+        if not self.dry:
+            super().write_table(table_id, items)
             return
         if self.fan_in_refused(table_id, items):
             return
@@ -141,13 +150,15 @@ class ReplayWriter(PartitionWriter):
         result = self.results.setdefault(table_id, TableResult(table_id))
         items = self.drop_held(table_id, items, result)
         try:
-            current = load_table(ctx.catalog, table_id).metadata.schema()
+            table = load_table(ctx.catalog, table_id)
+            current = table.metadata.schema()
         except NoSuchTableError:
-            current = None
+            table, current = None, None
         policy = resolve_policy(ctx.policies, items[0].topic if items else "", route.evolution, ctx.tables.auto_create)
+        admitted = []
         for item in items:
             if item.iceberg_schema is None:  # tombstones of an upsert table: deletes
-                self.would_write[table_id] += len(item.rows)
+                admitted.append(item)
                 continue
             if current is None and not ctx.tables.auto_create:
                 self.dead_letter(item.rows, "evolution_violation", f"table {table_id} does not exist and "
@@ -159,20 +170,51 @@ class ReplayWriter(PartitionWriter):
                 self.dead_letter(item.rows, "evolution_" + ("frozen" if d.action == "fail" else "violation"),
                                  d.reason, table=table_id, route=item.route.name, schema_id=item.schema_id)
             elif d.action != "drop":
-                self.would_write[table_id] += len(item.rows)
+                if d.drop_columns and not route.write.cdc:  # as the writer admits them (discard_value)
+                    item = dataclasses.replace(item, batch=item.batch.select(
+                        [n for n in item.batch.schema.names if n not in d.drop_columns]))
+                admitted.append(item)
+        if route.write.upsert and table is not None and admitted:
+            self.dry_upsert(table, table_id, admitted)
+        else:
+            self.would_write[table_id] += sum(len(item.rows) for item in admitted)
 
-    def unchanged(self, table_id, items) -> bool:
-        """The upsert table exists and takes these rows as it is: a dry run may write them (nothing is
-        committed) to decide supersession exactly as the replay does."""
-        ctx, route = self.ctx, items[0].route
-        try:
-            current = load_table(ctx.catalog, table_id).metadata.schema()
-        except NoSuchTableError:
-            return False
-        policy = resolve_policy(ctx.policies, items[0].topic, route.evolution, ctx.tables.auto_create)
-        incoming = [item.iceberg_schema for item in items if item.iceberg_schema is not None]
-        return not incoming or not plan_table(current, incoming, policy, ctx.tables.case_sensitive, table_id,
-                                              route.write, route.write.key).changes
+    def dry_upsert(self, table, table_id: str, items) -> None:
+        """An upsert table's letters reduced to one image per key and checked against the live rows as
+        the replay does (the upsert writer's reduction, router/executor/upsert.py; `superseded_images`)."""
+        route, source = items[0].route, self.source
+        key = key_columns(items)
+        if key is None:
+            self.would_write[table_id] += sum(len(item.rows) for item in items)
+            return
+        spec = ChangeSpec(DEBEZIUM if route.write.cdc else UPSERT, key, route.write.sequence_by)
+        sets = []
+        for item in items:
+            changes = extract_changes(spec, item.batch, topic=item.topic,
+                                      partition=pc.take(source.column("partition"), item.rows),
+                                      offset=pc.take(source.column("offset"), item.rows),
+                                      kafka_keys=item.keys, rows=item.rows, source=item)
+            for bad in changes.bad:
+                self.dead_letter(pa.array(bad.rows, pa.int64()), bad.error_class, bad.reason, table=table_id,
+                                 route=item.route.name)
+            if len(changes):
+                sets.append(changes)
+        if not sets:
+            return
+        resolved = last_change_per_key(sets)
+        if not resolved.inserts:
+            return
+        rows = pa.array(np.concatenate([final.rows for final in resolved.inserts]), pa.int64())
+        keys = pa.concat_tables([final.image.select(list(key)) for final in resolved.inserts],
+                                promote_options="permissive")
+        coordinates = source.select(["topic", "partition", "offset", "timestamp"]).take(rows)
+        images = keys.append_column("_kafka_topic", coordinates.column("topic")).append_column(
+            "_kafka_partition", coordinates.column("partition")).append_column(
+            "_kafka_offset", coordinates.column("offset")).append_column("_kafka_timestamp", coordinates.column(
+                "timestamp"))
+        _, lost = superseded_images(table, table_id, resolved.touched, key, images)
+        self.would_write[table_id] += images.num_rows - sum(len(v) for v in lost.values())
+        self.superseded_dry[table_id] = lost
 
     def finish_letters(self, ordered: pa.Table) -> None:
         """The letters that still fail are decided by `replay`, not written here."""
@@ -220,6 +262,7 @@ def _outcomes(writer: ReplayWriter, ordered: pa.Table) -> tuple[dict[int, list],
     it named no table and the configuration drops unmatched records."""
     targets = ordered.column(TARGET_TABLE).to_pylist()
     routes = ordered.column(TARGET_ROUTE).to_pylist()
+    letter_routes = ordered.column(LETTER_ROUTE).to_pylist()
     failing: dict[int, list] = defaultdict(list)
     for letter in writer.letters:
         for row in (letter.rows.to_pylist() if hasattr(letter.rows, "to_pylist") else list(letter.rows)):
@@ -229,9 +272,10 @@ def _outcomes(writer: ReplayWriter, ordered: pa.Table) -> tuple[dict[int, list],
             if want_route is not None and letter.route not in (None, want_route):
                 continue
             if letter.error_class == "unmatched":
-                letter = _unrouted(row, want_table, "no route takes the record now")
+                letter = _unrouted(row, want_table, "no route takes the record now", letter_routes[row])
             failing[row].append(replace(letter, rows=[row]))
-    taken = set().union(*writer.routed.values()) if writer.routed else set()
+    # rows a table took, or holds; a table a gone route's letter does not concern does not land it
+    taken = set().union(*(rows - writer.passed.get(t, set()) for t, rows in writer.routed.items()))
     landed = set()
     for row, want_table in enumerate(targets):
         if row in failing:
@@ -240,14 +284,15 @@ def _outcomes(writer: ReplayWriter, ordered: pa.Table) -> tuple[dict[int, list],
             landed.add(row)
         else:  # the record no longer routes to the table it failed for: it stays, saying so
             failing[row].append(_unrouted(row, want_table, f"the record no longer routes to {want_table}"
-                                          if want_table else "no route takes the record now"))
+                                          if want_table else "no route takes the record now", letter_routes[row]))
     return failing, landed
 
 
-def _unrouted(row: int, table: str | None, reason: str):
+def _unrouted(row: int, table: str | None, reason: str, route: str | None):
+    """A letter that stays: it keeps its table and route, so a later replay sends it where this one would."""
     from router.executor.dead_letters import DeadLetter
 
-    return DeadLetter([row], UNROUTED, reason, table=table)
+    return DeadLetter([row], UNROUTED, reason, table=table, route=route)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -283,18 +328,14 @@ def replay(config: RouterConfig, selection: Selection, dry_run: bool = False) ->
         if not rows or (not result.data_files and result.upsert is None):
             _drop_files(config, result)
             continue
-        if dry_run:
-            superseded[table_id] = _dry_supersession(config, result)
-            report.rows_by_table[table_id] = sum(f.record_count for f in result.data_files)
-            _drop_files(config, result)
-            continue
         status, written = commit_target(config, result, taken_offsets(ordered, rows))
         report.rows_by_table[table_id] = written
         crash_point("replay_table")
     if dry_run:
-        report.rows_by_table.update({t: n for t, n in writer.would_write.items() if t not in report.rows_by_table})
+        report.rows_by_table = {t: n for t, n in writer.would_write.items() if n}
+        superseded = {t: Ledger(superseded=add_offsets({}, lost)) for t, lost in writer.superseded_dry.items()}
     else:
-        superseded = _recorded_supersession(config, [t for t, r in results.items() if r.upsert is not None])
+        superseded = _recorded_supersession(config, list(writer.routed))
     report.superseded = _count_superseded(ordered, landed, writer, superseded)
     new = [letter for row in sorted(failing) for letter in failing[row]]
     report.landed = len(landed)
@@ -327,16 +368,7 @@ def _unique(letters: pa.Table) -> pa.Table:
     return letters.take(pa.array(sorted(newest.values()), pa.int64()))
 
 
-def _dry_supersession(config: RouterConfig, result: TableResult) -> dict:
-    """The dry run's upsert images against the live rows: the replay's own check, on files then deleted."""
-    if result.upsert is None:
-        return {}
-    table = load_table(config.catalog, result.table, refresh=True)
-    _, lost = newer_rows_win(table, result)
-    return lost
-
-
-def _recorded_supersession(config: RouterConfig, tables: list[str]) -> dict[str, object]:
+def _recorded_supersession(config: RouterConfig, tables: list[str]) -> dict[str, Ledger]:
     """table -> its ledger after the commits: the supersession it recorded, whatever run recorded it."""
     out = {}
     for table_id in tables:
@@ -347,8 +379,9 @@ def _recorded_supersession(config: RouterConfig, tables: list[str]) -> dict[str,
     return out
 
 
-def _count_superseded(ordered: pa.Table, landed: set[int], writer: ReplayWriter, superseded: dict) -> int:
-    """Landed letters whose image lost to a newer row (a ledger's record, or the dry run's offsets)."""
+def _count_superseded(ordered: pa.Table, landed: set[int], writer: ReplayWriter,
+                      superseded: dict[str, Ledger]) -> int:
+    """Landed letters whose image lost to a newer row (as the tables' ledgers record, or the dry run's)."""
     topics, partitions, offsets = (ordered.column(c).to_pylist() for c in ("topic", "partition", "offset"))
     count = 0
     for row in landed:
@@ -356,8 +389,7 @@ def _count_superseded(ordered: pa.Table, landed: set[int], writer: ReplayWriter,
         for table_id, lost in superseded.items():
             if row not in writer.routed.get(table_id, ()):
                 continue
-            if (lost.was_superseded(key, offsets[row]) if hasattr(lost, "was_superseded")
-                    else offsets[row] in lost.get(key, ())):
+            if lost.was_superseded(key, offsets[row]):
                 count += 1
                 break
     return count

@@ -144,42 +144,22 @@ def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, li
     raise RuntimeError(f"replay commit of {result.table} failed after {COMMIT_RETRIES + 1} attempts: {last}")
 
 
+COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")
+
+
 def newer_rows_win(table, result: TableResult) -> tuple[list, dict[str, list[int]]]:
     """An upsert result's images, without those whose key's live row came from a newer record
     (module docstring); `result.upsert.touched` loses those keys too. (data files, the offsets of the
     images dropped: {"topic/partition": [offset, ...]})."""
-    from router.catalog.locate import locate_keys
-
     work = result.upsert
-    names = set(table.schema().column_names)
-    if not {"_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"} <= names:
-        raise ReplayRefused(f"upsert table {result.table} has no Kafka metadata columns: a replay cannot tell "
-                            "a newer row from an older change (tables.metadata_columns)", table=result.table)
-    located = locate_keys(table, work.touched, work.key_columns)
-    if located.num_rows == 0:
-        return list(result.data_files), {}
-    live = _coordinates(table, located, work.key_columns)
     images = pa.concat_tables([_read(table, f.file_path) for f in result.data_files]) if result.data_files else None
     if images is None or images.num_rows == 0:
         return list(result.data_files), {}
-    newer = set()
-    image_rows = images.select([*work.key_columns, "_kafka_topic", "_kafka_partition", "_kafka_offset",
-                                "_kafka_timestamp"]).to_pylist()
-    for image in image_rows:
-        key = tuple(image[c] for c in work.key_columns)
-        for row in live.get(key, ()):
-            same = (row["_kafka_topic"], row["_kafka_partition"]) == (image["_kafka_topic"], image["_kafka_partition"])
-            if (same and row["_kafka_offset"] > image["_kafka_offset"]) or (
-                    not same and row["_kafka_timestamp"] is not None and image["_kafka_timestamp"] is not None
-                    and row["_kafka_timestamp"] > image["_kafka_timestamp"]):
-                newer.add(key)
+    newer, lost = superseded_images(table, result.table, work.touched, work.key_columns, images)
     if not newer:
         return list(result.data_files), {}
-    lost: dict[str, list[int]] = defaultdict(list)
-    for image in image_rows:
-        if tuple(image[c] for c in work.key_columns) in newer:
-            lost[tp_key(image["_kafka_topic"], image["_kafka_partition"])].append(image["_kafka_offset"])
-    keep = pa.array([tuple(r[c] for c in work.key_columns) not in newer for r in image_rows])
+    keep = pa.array([tuple(r[c] for c in work.key_columns) not in newer
+                     for r in images.select(list(work.key_columns)).to_pylist()])
     kept = images.filter(keep)
     files = write_data_files(table, kept) if kept.num_rows else []
     touched = work.touched.filter(pa.array([tuple(r[c] for c in work.key_columns) not in newer
@@ -187,7 +167,38 @@ def newer_rows_win(table, result: TableResult) -> tuple[list, dict[str, list[int
     result.upsert = replace(work, touched=touched)
     delete_quietly(table.io, [f.file_path for f in result.data_files])
     result.data_files = files
-    return files, dict(lost)
+    return files, lost
+
+
+def superseded_images(table, table_id: str, touched: pa.Table, key_columns, images: pa.Table
+                      ) -> tuple[set, dict[str, list[int]]]:
+    """(keys whose live row came from a newer record than their image in `images`, the offsets of those
+    images): same partition, a higher offset; another partition, a newer Kafka timestamp. The replay
+    and its dry run both decide here."""
+    from router.catalog.locate import locate_keys
+
+    if not set(COORDINATES) <= set(table.schema().column_names):
+        raise ReplayRefused(f"upsert table {table_id} has no Kafka metadata columns: a replay cannot tell "
+                            "a newer row from an older change (tables.metadata_columns)", table=table_id)
+    located = locate_keys(table, touched, key_columns)
+    if located.num_rows == 0:
+        return set(), {}
+    live = _coordinates(table, located, key_columns)
+    newer = set()
+    image_rows = images.select([*key_columns, *COORDINATES]).to_pylist()
+    for image in image_rows:
+        key = tuple(image[c] for c in key_columns)
+        for row in live.get(key, ()):
+            same = (row["_kafka_topic"], row["_kafka_partition"]) == (image["_kafka_topic"], image["_kafka_partition"])
+            if (same and row["_kafka_offset"] > image["_kafka_offset"]) or (
+                    not same and row["_kafka_timestamp"] is not None and image["_kafka_timestamp"] is not None
+                    and row["_kafka_timestamp"] > image["_kafka_timestamp"]):
+                newer.add(key)
+    lost: dict[str, list[int]] = defaultdict(list)
+    for image in image_rows:
+        if tuple(image[c] for c in key_columns) in newer:
+            lost[tp_key(image["_kafka_topic"], image["_kafka_partition"])].append(image["_kafka_offset"])
+    return newer, dict(lost)
 
 
 def _read(table, path: str) -> pa.Table:
@@ -198,7 +209,7 @@ def _read(table, path: str) -> pa.Table:
 def _coordinates(table, located: pa.Table, key_columns) -> dict[tuple, list[dict]]:
     """key -> the Kafka coordinates of its live rows."""
     out: dict[tuple, list[dict]] = defaultdict(list)
-    columns = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
+    columns = list(COORDINATES)
     for path in set(located.column("file_path").to_pylist()):
         mine = located.filter(pc.equal(located.column("file_path"), path))
         rows = _read(table, path).select(columns).take(mine.column("pos"))
