@@ -12,6 +12,7 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from router.catalog import get_catalog
 from router.config import load_config
 from tests.router.executor.test_partition import make_dispatcher, run_batch
 from tests.router.executor.test_upsert import kafka_batch
@@ -45,6 +46,7 @@ def test_plan_samples_a_json_topic_then_sees_the_evolution(tmp_path, kafka_boots
     _produce(kafka_bootstrap, topic, [{"user": f"u{i}", "price": 1.5, "page": {"path": "/"}} for i in range(30)]
              + [b"{not json"])
 
+    get_catalog(load_config(path).catalog)  # the job's first run creates the catalog; plan never does
     first = _plan(path, "--sample", topic, "--format", "json")
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
