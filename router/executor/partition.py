@@ -163,7 +163,8 @@ class PartitionWriter:
         tombstones = values.is_null()
         has_tombstones = pc.any(tombstones).as_py()
         upserts = [r for r in routes if r.write.upsert]
-        self.topic_keys = (start, self.kafka_keys(chunk, topic, upserts[0].format) if upserts else None)
+        key_format = ctx.routing.key_format(topic)
+        self.topic_keys = (start, self.kafka_keys(chunk, topic, key_format) if key_format is not None else None)
         if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
             self.route_tombstones(topic, [r for r in upserts if not r.write.cdc], pc.filter(positions, tombstones), chunk)
         elif has_tombstones and ctx.tombstones == "dlq" and any(r.format.kind != RAW for r in routes):
