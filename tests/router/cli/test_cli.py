@@ -226,7 +226,7 @@ def test_read_only_commands_never_create_a_catalog(setup, kafka_bootstrap):
         assert result.returncode == 3, (command, result.stderr)
         assert result.stderr.splitlines() == [f"icerouter: error: the Iceberg catalog 'mistyped' at "
                                               f"sqlite:///{typo / 'c.db'} does not exist (no file {typo / 'c.db'}): "
-                                              "check catalog.properties.uri"], command
+                                              "check catalog.properties.uri (the job's first run creates it)"], command
         assert not typo.exists() and not (tmp / "typo-wh").exists(), command
 
 
