@@ -91,8 +91,8 @@ def get_catalog(config: CatalogConfig, create: bool = True):
         if catalog is None:
             if not create and (missing := config.missing_file) is not None:
                 raise ServiceUnavailable(f"the Iceberg catalog {config.name!r} at {config.url} does not exist "
-                                         f"(no file {missing}): check catalog.properties.uri (the job's first run creates it)",
-                                         service="Iceberg catalog", url=config.url)
+                                         f"(no file {missing}): check catalog.properties.uri "
+                                         "(the job's first run creates it)", service="Iceberg catalog", url=config.url)
             avro_readers.install()  # manifest lists and manifests read without re-resolving their schema
             avro_writers.install()  # and written without rebuilding their schemas and writer trees
             manifest_lists.install()  # a parent's manifests from memory when this process wrote the list

@@ -1,11 +1,12 @@
 """Topics without registry framing in the real job: the `icerouter run` process, a real broker,
 Spark, a PostgreSQL catalog, DuckDB reading the tables back.
 
-One job, with no schema registry in its config, reads six topics the way real producers write them: plain JSON (inferred columns), JSON
-declared by a schema file, Kafka Connect's JsonConverter envelope, raw bytes, Debezium's JSON
-events mirrored into an upsert table, and JSON whose only route takes some records by a field. Bad input is dead-lettered with its bytes and one reason,
-the rest lands. A second run after a restart finds the inferred table's types where the first
-left them (the table is the state) and appends to them.
+One job, with no schema registry in its config, reads six topics the way real producers write
+them: plain JSON (inferred columns), JSON declared by a schema file, Kafka Connect's JsonConverter
+envelope, raw bytes, Debezium's JSON events mirrored into an upsert table, and JSON whose only
+route takes some records by a field (the others are unmatched). Bad input is dead-lettered with
+its bytes and one reason, the rest lands. A second run after a restart finds the inferred table's
+types where the first left them (the table is the state) and appends to them.
 """
 
 from __future__ import annotations
