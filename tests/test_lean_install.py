@@ -59,6 +59,10 @@ def test_the_lean_install_runs_the_cli_without_the_local_stack(tmp_path, registr
                                                   "warehouse": (tmp_path / "wh").as_uri()}},
         "routes": [{"name": "raw", "topic": topic, "table": "raw.{topic}"}],
     }))
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    # the job's first run creates the catalog; plan never does
+    SqlCatalog("lean", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "wh").as_uri())
     planned = subprocess.run([icerouter, "plan", "--config", str(config), "--subject", f"{topic}-value",
                               "--format", "json"], capture_output=True, text=True, timeout=120)
     assert planned.returncode == 0, planned.stderr

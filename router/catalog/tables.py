@@ -24,7 +24,7 @@ from pyiceberg.transforms import (
 from evolution.backoff import backoff_delay
 from router.catalog import avro_readers, avro_writers, manifest_lists
 from router.config import PARTITION_PATTERN, CatalogConfig
-from router.exceptions import ConfigError
+from router.exceptions import ConfigError, ServiceUnavailable
 
 # Every commit appends one manifest; merged once ~32 pile up, a table's manifest list (read and
 # rewritten by every commit) stays short over thousands of commits. Java Iceberg merges by default
@@ -79,16 +79,24 @@ def _key(config: CatalogConfig) -> tuple:
     return (config.name, tuple(sorted((k, str(v)) for k, v in config.properties.items())))
 
 
-def get_catalog(config: CatalogConfig):
-    """The process-wide catalog for this config (built on first use)."""
+def get_catalog(config: CatalogConfig, create: bool = True):
+    """The process-wide catalog for this config (built on first use).
+
+    `create=False` (read-only commands: status, dlq, plan, check): a catalog that does not exist
+    is ServiceUnavailable (exit 3) naming it, never a new empty one (pyiceberg's SQL catalog
+    creates a missing SQLite file, so a mistyped path would describe an empty estate)."""
     key = _key(config)
     with _lock:
         catalog = _catalogs.get(key)
         if catalog is None:
+            if not create and (missing := config.missing_file) is not None:
+                raise ServiceUnavailable(f"the Iceberg catalog {config.name!r} at {config.url} does not exist "
+                                         f"(no file {missing}): check catalog.properties.uri "
+                                         "(the job's first run creates it)", service="Iceberg catalog", url=config.url)
             avro_readers.install()  # manifest lists and manifests read without re-resolving their schema
             avro_writers.install()  # and written without rebuilding their schemas and writer trees
             manifest_lists.install()  # a parent's manifests from memory when this process wrote the list
-            catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog")
+            catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog", create=create)
         return catalog
 
 

@@ -31,7 +31,8 @@ from router.changes.exceptions import EnvelopeError, KeyColumnsError
 
 __all__ = ["OP_FIELD", "BEFORE_FIELD", "AFTER_FIELD", "FLAT_OP_FIELD", "FLAT_DELETED_FIELD", "FLAT_FIELDS",
            "is_flattened", "KeyProblem", "debezium_table_schema",
-           "envelope_row_type", "key_columns_from_key_schema", "check_key_columns", "check_sequence_by"]
+           "envelope_row_type", "key_columns_from_key_schema", "key_columns_from_kafka_keys", "missing_key_reason",
+           "check_key_columns", "check_sequence_by"]
 
 OP_FIELD, BEFORE_FIELD, AFTER_FIELD = "op", "before", "after"
 #: fields ExtractNewRecordState adds for the change itself (add.fields=op; delete.handling.mode=rewrite)
@@ -98,6 +99,20 @@ def key_columns_from_key_schema(key_schema: Schema) -> tuple[str, ...]:
     if not names:
         raise KeyColumnsError("the Kafka key schema has no fields to use as key columns")
     return names
+
+
+def key_columns_from_kafka_keys(column_names: Sequence[str]) -> tuple[str, ...] | None:
+    """The key columns of an upsert route without ``key``: the columns of its records' decoded Kafka
+    keys (router.changes.extract.KafkaKeys), one rule for the job and ``plan --sample``. None when
+    no key decoded, or the key is a primitive (one column ``value``: no field names a key column)."""
+    names = tuple(column_names)
+    return names if names and names != ("value",) else None
+
+
+def missing_key_reason(table: str) -> str:
+    """Why the records of an upsert table without key columns are dead-lettered (``missing_key``)."""
+    return (f"table {table}: no key columns: the Kafka record key is not a record with fields "
+            "(set key on the route)")
 
 
 @dataclass(frozen=True)

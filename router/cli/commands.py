@@ -32,7 +32,8 @@ EXIT_CODES = """exit codes:
   1  blocked: a schema is incompatible or invalid, or a table change is refused (or the job failed)
   2  usage or configuration error
   3  could not decide (plan, check), nothing found blocked: the schema registry or the Iceberg
-     catalog was unreachable, timed out or refused us; the message names the service and its URL"""
+     catalog was unreachable, timed out or refused us, or the catalog does not exist (plan and
+     check never create one); the message names the service and its URL"""
 
 
 class _Parser(argparse.ArgumentParser):

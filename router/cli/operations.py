@@ -20,7 +20,8 @@ STATUS_EXIT_CODES = """exit codes:
   0  healthy: nothing over the thresholds given
   1  unhealthy: lag, dead letters or quarantined tables over a threshold given (listed as UNHEALTHY)
   2  usage or configuration error
-  3  the Iceberg catalog or the Kafka brokers could not be reached (the message names the URL)"""
+  3  the Iceberg catalog or the Kafka brokers could not be reached, or the catalog does not exist
+     (status never creates one; the message names the URL)"""
 
 
 def _non_negative(text: str) -> int:
@@ -89,7 +90,8 @@ DLQ_EXIT_CODES = """exit codes:
   0  every selected letter landed (or would, with --dry-run)
   1  some letters still fail: they stay in the dead-letter table with their new reason
   2  usage or configuration error (no selection and no --all, no dlq.table)
-  3  the Iceberg catalog could not be reached (the message names the URL)"""
+  3  the Iceberg catalog could not be reached or does not exist (dlq never creates one; the message
+     names the URL)"""
 
 AGE = re.compile(r"(\d+)\s*([smhd])")
 

@@ -47,10 +47,18 @@ class CatalogConfig:
         """Where the catalog is (its ``uri``, else its warehouse), credentials masked: for messages."""
         return mask_url(str(self.properties.get("uri") or self.properties.get("warehouse") or "<no uri>"))
 
-    def load(self, sql_impl: str | None = None):
-        """The pyiceberg catalog; `sql_impl` ("module.Class") replaces pyiceberg's SQL catalog class."""
+    @property
+    def missing_file(self) -> str | None:
+        """The file of a SQLite catalog when it does not exist (None: it exists, or not a file catalog)."""
+        path = _sqlite_path(str(self.properties.get("uri", "")))
+        return path if path is not None and not Path(path).exists() else None
+
+    def load(self, sql_impl: str | None = None, create: bool = True):
+        """The pyiceberg catalog; `sql_impl` ("module.Class") replaces pyiceberg's SQL catalog class.
+        `create=False`: no local folder is made (read-only commands leave no trace of a mistyped path)."""
         props = {k: str(v) for k, v in self.properties.items()}
-        _ensure_local_dirs(props)
+        if create:
+            _ensure_local_dirs(props)
         if sql_impl and "py-catalog-impl" not in props and _is_sql(props):
             props.pop("type", None)
             props["py-catalog-impl"] = sql_impl
@@ -65,11 +73,18 @@ def _is_sql(props: Mapping[str, str]) -> bool:
     return props.get("uri", "").startswith(("sqlite", "postgresql"))
 
 
+def _sqlite_path(uri: str) -> str | None:
+    """The file of a ``sqlite:///path`` URI (None: another database, or SQLite in memory)."""
+    if not uri.startswith("sqlite:///") or uri.startswith("sqlite:///:memory:"):
+        return None
+    return uri[len("sqlite:///"):].split("?", 1)[0] or None
+
+
 def _ensure_local_dirs(props: Mapping[str, str]) -> None:
     """Create the folders of a local SQLite catalog / file warehouse so first runs just work."""
     uri, warehouse = props.get("uri", ""), props.get("warehouse", "")
-    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if (path := _sqlite_path(uri)) is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     if warehouse.startswith("file://"):
         Path(warehouse[len("file://"):]).mkdir(parents=True, exist_ok=True)
 

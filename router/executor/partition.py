@@ -166,12 +166,14 @@ class PartitionWriter:
         tombstones = values.is_null()
         has_tombstones = pc.any(tombstones).as_py()
         upserts = [r for r in routes if r.write.upsert]
-        self.topic_keys = (start, self.kafka_keys(chunk, topic, upserts[0].format) if upserts else None)
+        key_format = ctx.routing.key_format(topic)
+        self.topic_keys = (start, self.kafka_keys(chunk, topic, key_format) if key_format is not None else None)
         if has_tombstones and upserts:  # a change stream's tombstones are data: they delete keys
             self.route_tombstones(topic, [r for r in upserts if not r.write.cdc], pc.filter(positions, tombstones), chunk)
         elif has_tombstones and ctx.tombstones == "dlq" and any(r.format.kind != RAW for r in routes):
             self.dead_letter(pc.filter(positions, tombstones), "tombstone", "null value (tombstone)")
         headers_cache: dict[str, list] = {}
+        claimed = np.zeros(length, dtype=bool)  # rows some route's filter took, or that failed to decode
         by_format: dict = {}
         for route in routes:  # routes that read the topic alike share one decode
             by_format.setdefault(route.format, []).append(route)
@@ -183,6 +185,8 @@ class PartitionWriter:
             transient = [f for f in result.failures if f.transient]
             if transient:  # registry unreachable: the whole batch waits and retries, nothing is dead-lettered
                 raise transient[0].to_exception(topic=topic)
+            if result.failures:
+                claimed[[failure.index for failure in result.failures]] = True
             for failure in result.failures:
                 if failure.error_class == "tombstone":
                     continue
@@ -191,7 +195,10 @@ class PartitionWriter:
             for group in result.groups:
                 rows = pc.add(pa.array(group.indices, pa.int64()), start)
                 for route in same:
-                    self.route_group(topic, route, group, rows, chunk, start, headers_cache)
+                    claimed[self.route_group(topic, route, group, rows, chunk, start, headers_cache)] = True
+        if not claimed.all() and ctx.unmatched == "dlq":  # no route's headers / fields filter took these
+            self.dead_letter(pc.filter(positions, pa.array(~claimed)), "unmatched",
+                             ctx.routing.unfiltered_reason(topic))
 
     def kafka_keys(self, chunk: pa.Table, topic: str, fmt=REGISTRY_FORMAT):
         """The chunk's Kafka keys decoded through the registry, or as the route's unframed values are
@@ -220,9 +227,11 @@ class PartitionWriter:
                 self.pending[dest.table].append(Pending(route, TOMBSTONES, None, None, picked, topic,
                                                         keys.take(pc.subtract(picked, start).to_numpy())))
 
-    def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> None:
-        """Apply one route to the decoded rows of one schema id (router/routing/evaluate.py decides)."""
+    def route_group(self, topic, route, group, rows, chunk, start, headers_cache) -> np.ndarray:
+        """Apply one route to the decoded rows of one schema id (router/routing/evaluate.py decides);
+        returns the chunk positions its filter took (a refused table name took them too)."""
         local = pc.subtract(rows, start)
+        taken = []
 
         def header_column(name: str) -> pa.Array:
             if name not in headers_cache:
@@ -230,11 +239,13 @@ class PartitionWriter:
             return pc.take(headers_cache[name], local)
 
         for dest in evaluate_route(self.ctx.routing, route, topic, group.batch, header_column):
+            taken.append(dest.take(local).to_numpy(zero_copy_only=False))
             if dest.error is not None:
                 self.dead_letter(dest.take(rows), type(dest.error).__name__, dest.error.message, route=route.name,
                                  schema_id=group.schema_id)
                 continue
             self.add_pending(dest.table, topic, route, group, dest.take(group.batch), dest.take(rows))
+        return np.concatenate(taken) if taken else np.empty(0, dtype=np.int64)
 
     def add_pending(self, table_id, topic, route, group, batch, rows) -> None:
         if batch.num_rows == 0:

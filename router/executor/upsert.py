@@ -26,6 +26,7 @@ from evolution.arrow import iceberg_to_arrow
 from router.catalog.datafiles import write_data_files
 from router.catalog import load_table
 from router.changes.dedup import last_change_per_key
+from router.changes.envelope import key_columns_from_kafka_keys, missing_key_reason
 from router.changes.exceptions import ChangeStreamError
 from router.changes.extract import DEBEZIUM, UPSERT, ChangeSpec, extract_changes
 from router.decisions import SEQUENCE_COLUMN, resolve_policy, sequence_column
@@ -46,9 +47,7 @@ def key_columns(items: list[Pending]) -> tuple[str, ...] | None:
         return route.write.key
     for item in items:
         if item.keys is not None and item.keys.table.num_columns:
-            names = tuple(item.keys.table.column_names)
-            if names != ("value",):  # a record key: its fields are the key columns
-                return names
+            return key_columns_from_kafka_keys(item.keys.table.column_names)
     return None
 
 
@@ -61,8 +60,7 @@ def write_upsert_table(writer: PartitionWriter, table_id: str, items: list[Pendi
             return
         key = key_columns(items)
         if key is None:
-            reason = (f"table {table_id}: no key columns: the Kafka record key is not a record with fields "
-                      "(set key on the route)")
+            reason = missing_key_reason(table_id)
             for item in items:
                 writer.dead_letter(item.rows, "missing_key", reason, table=table_id, route=item.route.name,
                                    schema_id=None if item.schema_id == TOMBSTONES else item.schema_id)

@@ -17,14 +17,16 @@ from router.operations.letters import LIST_COLUMNS, Selection, read_letters, sum
 
 @contextlib.contextmanager
 def catalog_reached(config: RouterConfig) -> Iterator[None]:
-    """A catalog that does not answer becomes ServiceUnavailable (exit 3) naming its URL."""
+    """A catalog that does not answer, or does not exist (it is never created here), becomes
+    ServiceUnavailable (exit 3) naming its URL."""
+    from router.planning.services import CatalogReader, unreachable
+
+    CatalogReader.open(config.catalog)
     try:
         yield
     except ServiceUnavailable:
         raise
     except Exception as exc:
-        from router.planning.services import CatalogReader, unreachable
-
         if unreachable(exc):
             raise CatalogReader._unavailable(config.catalog.url, config.catalog.name, exc) from None
         raise

@@ -196,6 +196,9 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
     either does not answer."""
     now = time.time() if now is None else now
     earliest, ends = broker_offsets(config)
+    from router.planning.services import CatalogReader
+
+    CatalogReader.open(config.catalog)  # as it is: one that does not exist is exit 3, never created
     state = JobState(config.job.name, config.catalog.url, mask_url(config.kafka.bootstrap_servers), now)
     topics = sorted({key.rsplit("/", 1)[0] for key in ends})
     try:

@@ -28,7 +28,7 @@ from evolution.exceptions import EvolutionError
 from evolution.policy import EvolutionPolicy, Mode
 from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
-from router.changes.envelope import key_columns_from_key_schema
+from router.changes.envelope import key_columns_from_kafka_keys, key_columns_from_key_schema, missing_key_reason
 from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
 from router.decisions import plan_table, resolve_policy, table_view
@@ -83,10 +83,18 @@ class Planner:
         self.policies = config.evolution
         self.registry = registry  # where an upsert route without `key` finds the Kafka key's fields
         self._keys: dict[str, tuple[str, ...] | None] = {}
+        self._sampled: set[str] = set()  # topics whose keys come from sampled records (plan --sample)
+
+    def sampled_keys(self, topic: str, column_names) -> None:
+        """Key the topic's upsert targets by its sampled records' Kafka keys, decoded as the job decodes
+        them (``column_names``: the columns of their router.changes.extract.KafkaKeys)."""
+        self._keys[topic] = key_columns_from_kafka_keys(column_names)
+        self._sampled.add(topic)
 
     def key_columns(self, target: Target) -> tuple[str, ...] | None:
-        """The key an upsert target is keyed by: the route's, else the fields of the topic's key schema
-        (`<topic>-key`, latest, as the job reads each record's key); None when unknown."""
+        """The key an upsert target is keyed by: the route's, else its sampled records' Kafka keys
+        (`sampled_keys`), else the fields of the topic's key schema (`<topic>-key`, latest, as the job
+        reads each record's key); None when unknown."""
         if not target.write.upsert or target.write.key:
             return target.write.key
         topic = target.topic or ""
@@ -189,6 +197,8 @@ class Planner:
         except ChangeStreamError as exc:  # the job dead-letters such records as not_envelope
             return self.refusal_plan(current, target, "not_envelope", str(exc))
         key = self.key_columns(target)
+        if target.write.upsert and not key and target.topic in self._sampled:  # the job dead-letters them all
+            return self.refusal_plan(current, target, "missing_key", missing_key_reason(target.table))
         plan = plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
                           target.write, key)
         if target.write.upsert and not key:

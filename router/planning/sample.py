@@ -4,8 +4,10 @@ Why: a topic without a registry (plain JSON, Kafka Connect JSON) has no subject 
 columns are what its records say. So the plan reads the last `records` of the topic from the
 brokers (spread over its partitions), decodes them with the format of each route that takes the
 topic (the same functions the job's tasks call), and plans each writer shape found for the tables
-those routes name, exactly as a registry subject is planned. Records that would be dead-lettered
-are counted in the notes with their reasons.
+those routes name, exactly as a registry subject is planned. An upsert route without `key` is keyed
+by the sampled records' Kafka keys, decoded as the job decodes them (the topic's first upsert
+route's format: router.routing.RoutingTable.key_format). Records that would be dead-lettered are
+counted in the notes with their reasons.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyarrow as pa
 from evolution.changes import MappedSchema
 from registry.decode import decode_values
 from registry.unframed import decode_unframed
+from router.changes.extract import kafka_keys_of
 from router.config import RouterConfig
 from router.exceptions import ConfigError
 from router.planning.inputs import SchemaInput
@@ -66,6 +69,11 @@ def sample_inputs(config: RouterConfig, planner, registry, topic: str, records: 
         return ([(SchemaInput(f"{topic} (sampled)", None, "unknown", problem=f"topic {topic}: no records to sample"),
                   targets)] if not routes else []), notes
     values = rows.column("value").combine_chunks()
+    key_format = planner.routing.key_format(topic)
+    if key_format is not None and not key_format.framed:  # unframed keys: only the records say what they hold
+        keys = rows.column("key").combine_chunks()
+        decoded = kafka_keys_of(decode_unframed(registry, key_format, keys), len(keys))
+        planner.sampled_keys(topic, decoded.table.column_names)
     out = []
     for fmt in dict.fromkeys(r.format for r in routes.values()):
         mine = [t for t in targets if t.route is None or routes[t.route].format == fmt]

@@ -62,8 +62,11 @@ class CatalogReader:
 
     @classmethod
     def open(cls, config: CatalogConfig) -> CatalogReader:
+        """The catalog as it is: one that does not exist is not created (router.catalog.get_catalog)."""
         try:
-            return cls(get_catalog(config), config.url, config.name, _secrets(config))
+            return cls(get_catalog(config, create=False), config.url, config.name, _secrets(config))
+        except ServiceUnavailable:
+            raise
         except Exception as exc:
             if not unreachable(exc):
                 raise

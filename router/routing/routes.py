@@ -154,6 +154,17 @@ class RoutingTable:
         fate = "dead-letters" if unmatched == "dlq" else "drops"
         return f"{reason}: the job {fate} its records (unmatched: {unmatched})"
 
+    def key_format(self, topic: str) -> ValueFormat | None:
+        """How the job decodes a topic's Kafka keys: as its first upsert route reads values (upsert routes
+        key by them; a Debezium JSON topic's keys are Connect JSON like its values). None: no upsert route."""
+        upserts = [r for r in self.routes_for_topic(topic) if r.write.upsert]
+        return upserts[0].format if upserts else None
+
+    def unfiltered_reason(self, topic: str) -> str:
+        """The dead-letter reason of a record of a routed topic that no route's headers / fields filter takes."""
+        names = ", ".join(r.name for r in self.routes_for_topic(topic))
+        return f"no route's headers / fields filter takes this record of topic {topic!r} (routes: {names})"
+
     def render(self, route: CompiledRoute, topic: str, headers: Mapping[str, str | None] | None = None,
                values: Mapping[str, Any] | None = None) -> str:
         """The table identifier a record goes to; raises TableNameError with the reason."""

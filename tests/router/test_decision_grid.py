@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 import router.cli.demo_data as data
 from router.planning.check import check_command
 from router.planning.plan import plan_command
-from router.catalog import load_table
+from router.catalog import get_catalog, load_table
 from tests.router.executor.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
 
 
@@ -86,6 +86,8 @@ def test_job_plan_and_check_agree(case: Case, catalog_config, registry_url, uniq
         enc = data.Encoder(case.v1, data.register(registry_url, subject, case.v1))
         _, report = run_batch(dispatcher, [source_batch([(topic, 0, 0, enc(case.v1_value), None)])], 0)
         assert not report.failed
+    else:
+        get_catalog(catalog_config)  # the job's first run creates the catalog; plan and check never do
     enc2 = data.Encoder(case.v2, data.register(registry_url, subject, case.v2))
 
     by_subject = json.loads(plan_command(config, subjects=[subject], fmt="json")[0])["plans"]

@@ -206,6 +206,30 @@ def test_postgres_catalog_unreachable_is_could_not_decide_exit_3(setup, postgres
     assert plan.returncode == 3 and "could not reach the Iceberg catalog 'down'" in plan.stderr
 
 
+def test_read_only_commands_never_create_a_catalog(setup, kafka_bootstrap):
+    """A mistyped SQLite catalog path: status, dlq list / summary / replay, plan and check say so in
+    one line naming the catalog and exit 3; none creates the file, its folder or the warehouse."""
+    topic, client, config, tmp = setup
+    typo = tmp / "typo"
+    _rewrite(config, catalog={"name": "mistyped", "properties": {
+        "type": "sql", "uri": f"sqlite:///{typo / 'c.db'}", "warehouse": (tmp / "typo-wh").as_uri()}},
+        dlq={"table": "ops.dead_letters"}, kafka={"bootstrap_servers": kafka_bootstrap, "topics": [topic]})
+    schemas = tmp / "schemas"
+    schemas.mkdir()
+    (schemas / f"{topic}.avsc").write_text(V2)
+    client.register_schema(f"{topic}-value", RegistrySchema(V2, "AVRO"))
+    commands = [("status",), ("status", "--format", "json"), ("dlq", "list"), ("dlq", "summary"),
+                ("dlq", "replay", "--all"), ("dlq", "replay", "--all", "--dry-run"),
+                ("plan", "--subject", f"{topic}-value"), ("check", "--schemas", str(schemas))]
+    for command in commands:
+        result = icerouter(*command, "--config", str(config))
+        assert result.returncode == 3, (command, result.stderr)
+        assert result.stderr.splitlines() == [f"icerouter: error: the Iceberg catalog 'mistyped' at "
+                                              f"sqlite:///{typo / 'c.db'} does not exist (no file {typo / 'c.db'}): "
+                                              "check catalog.properties.uri (the job's first run creates it)"], command
+        assert not typo.exists() and not (tmp / "typo-wh").exists(), command
+
+
 def test_bad_schema_files_and_table_names_are_named_in_the_message(setup):
     topic, client, config, tmp = setup
     schemas = tmp / "schemas"

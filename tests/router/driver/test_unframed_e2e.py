@@ -1,11 +1,12 @@
 """Topics without registry framing in the real job: the `icerouter run` process, a real broker,
 Spark, a PostgreSQL catalog, DuckDB reading the tables back.
 
-One job, with no schema registry in its config, reads five topics the way real producers write them: plain JSON (inferred columns), JSON
-declared by a schema file, Kafka Connect's JsonConverter envelope, raw bytes, and Debezium's JSON
-events mirrored into an upsert table. Bad input is dead-lettered with its bytes and one reason,
-the rest lands. A second run after a restart finds the inferred table's types where the first
-left them (the table is the state) and appends to them.
+One job, with no schema registry in its config, reads six topics the way real producers write
+them: plain JSON (inferred columns), JSON declared by a schema file, Kafka Connect's JsonConverter
+envelope, raw bytes, Debezium's JSON events mirrored into an upsert table, and JSON whose only
+route takes some records by a field (the others are unmatched). Bad input is dead-lettered with
+its bytes and one reason, the rest lands. A second run after a restart finds the inferred table's
+types where the first left them (the table is the state) and appends to them.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def rows(catalog: CatalogConfig, table: str, *columns: str) -> list[tuple]:
 
 def test_every_kind_of_topic_lands(tmp_path, kafka_bootstrap, postgres_uri, unique_name):
     p = unique_name("uf")
-    topics = {k: f"{p}.{k}" for k in ("clicks", "payments", "connect", "audit", "dbz")}
+    topics = {k: f"{p}.{k}" for k in ("clicks", "payments", "connect", "audit", "dbz", "kinds")}
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     for future in admin.create_topics([NewTopic(t, 1 if k != "dbz" else 2, 1) for k, t in topics.items()]).values():
         future.result(15)
@@ -75,6 +76,9 @@ def test_every_kind_of_topic_lands(tmp_path, kafka_bootstrap, postgres_uri, uniq
             {"name": "audit", "topic": topics["audit"], "table": f"{ns}.audit", "format": "raw"},
             {"name": "customers", "topic": topics["dbz"], "table": f"{ns}.customers", "cdc": "debezium",
              "format": "connect_json"},
+            # the topic's only route filters: a record it does not take is unmatched (a dead letter)
+            {"name": "views", "topic": topics["kinds"], "table": f"{ns}.views", "format": "json",
+             "fields": {"kind": ["view"]}},
         ],
         "dlq": {"table": f"{p}_ops.dead_letters"},
     }
@@ -101,6 +105,8 @@ def test_every_kind_of_topic_lands(tmp_path, kafka_bootstrap, postgres_uri, uniq
         (topics["audit"], b"k", b"\x00\x01 anything"),
         (topics["audit"], None, None),
         *[(t, k, v) for t, k, v, _ in dbz],
+        (topics["kinds"], None, js({"id": 1, "kind": "view"})),
+        (topics["kinds"], None, js({"id": 2, "kind": "buy"})),
     ])
     first = _run(path, "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -118,7 +124,8 @@ def test_every_kind_of_topic_lands(tmp_path, kafka_bootstrap, postgres_uri, uniq
     letters = rows(catalog, f"{p}_ops.dead_letters", "topic", "error_class", "value")
     assert sorted((t.rsplit(".", 1)[1], c) for t, c, _ in letters) == [
         ("clicks", "decode_error"), ("clicks", "decode_error"), ("clicks", "invalid_utf8"),
-        ("connect", "decode_error"), ("payments", "decode_error")]
+        ("connect", "decode_error"), ("kinds", "unmatched"), ("payments", "decode_error")]
+    assert rows(catalog, f"{ns}.views", "id", "kind") == [(1, "view")]
     assert b"\xff\xfe not utf-8" in {v for _, _, v in letters}  # the original bytes
 
     # a restart: the inferred table's types are the state, later integral prices land as doubles
@@ -128,4 +135,4 @@ def test_every_kind_of_topic_lands(tmp_path, kafka_bootstrap, postgres_uri, uniq
     assert rows(catalog, f"{ns}.clicks", "user", "price", "later") == [("a", 1.5, None), ("b", 2.5, None),
                                                                        ("c", 3.0, "now")]
     assert str(load_table(catalog, f"{ns}.clicks", refresh=True).schema().find_field("price").field_type) == "double"
-    assert len(rows(catalog, f"{p}_ops.dead_letters", "topic")) == 5  # nothing read twice
+    assert len(rows(catalog, f"{p}_ops.dead_letters", "topic")) == 6  # nothing read twice

@@ -128,7 +128,43 @@ def test_routes_by_topic_header_field_and_dead_letters(catalog_config, registry_
     assert by_offset[(topic, 12)][0] == "decode_error"
     assert by_offset[(topic, 13)][0] == "tombstone"
     assert by_offset[(f"{ns}.nobody", 0)][0] == "unmatched"
-    assert len(letters) == 5
+    for offset in (2, 5, 8):  # kind "buy": the topic has a route, its fields filter takes none of them
+        assert by_offset[(kinds, offset)][0] == "unmatched"
+    assert len(letters) == 8
+
+
+@pytest.mark.parametrize("unmatched", ["dlq", "drop"])
+def test_a_record_no_routes_filter_takes_follows_unmatched(unmatched, catalog_config, registry_url, unique_name):
+    """Routes with headers / fields filters on one topic: a record one of them takes is routed (fan-out
+    included), a record none takes is a dead letter `unmatched` (or dropped), counted by reason."""
+    ns = unique_name("u")
+    topic = f"{ns}.kinds"
+    schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"},
+                                                        {"name": "kind", "type": "string"}]}
+    enc = data.Encoder(schema, data.register(registry_url, f"{topic}-value", schema))
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "clicks", "topic": rf"{ns}\.kinds", "fields": {"kind": ["click", "view"]}, "table": f"{ns}.clicks"},
+        {"name": "eu", "topic": rf"{ns}\.kinds", "headers": {"region": "eu"}, "table": f"{ns}.eu"},
+    ], unmatched=unmatched)
+    kinds = ("click", "buy", "view", "buy")
+    regions = (b"eu", b"us", b"us", b"eu")  # offset 1: buy from us, no route takes it; 3: buy from eu
+    records = [(topic, 0, i, enc({"id": i, "kind": kinds[i % 4]}), [("region", regions[i % 4])]) for i in range(8)]
+    records += [(topic, 0, 8, b"not framed", None)]  # a decode failure is its own letter, never also unmatched
+    results, report = run_batch(dispatcher, [source_batch(records)])
+
+    assert not report.failed, report.failed
+    assert [r[0] for r in read(catalog_config, f"{ns}.clicks", "id")] == [0, 2, 4, 6]
+    assert [r[0] for r in read(catalog_config, f"{ns}.eu", "id")] == [0, 3, 4, 7]  # 0 and 4 fan out to both
+    letters = read(catalog_config, f"{ns}.dead_letters", "\"offset\", error_class, reason, value", order='"offset"')
+    expected = [(8, "wire_format")] + ([(1, "unmatched"), (5, "unmatched")] if unmatched == "dlq" else [])
+    assert sorted((o, cls) for o, cls, _, _ in letters) == sorted(expected)
+    for offset, cls, reason, value in letters:
+        if cls == "unmatched":
+            assert reason == (f"no route's headers / fields filter takes this record of topic {topic!r} "
+                              "(routes: clicks, eu)")
+            assert value == records[offset][3]
+    counted = results[f"{ns}.dead_letters"].reasons  # what the metrics count by reason
+    assert counted == ({"wire_format": 1, "unmatched": 2} if unmatched == "dlq" else {"wire_format": 1})
 
 
 def test_template_values_from_data_cannot_escape(catalog_config, registry_url, unique_name):

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import router.cli.demo_data as data
-from router.catalog import load_table
+from router.catalog import get_catalog, load_table
 from router.config import load_config
 from router.driver.dispatcher import Dispatcher
 from router.operations.letters import Selection, read_letters
@@ -204,6 +204,9 @@ def test_replay_needs_a_selection_and_a_catalog(tmp_path, registry_url, unique_n
     refused = dlq(fixed, "replay")
     assert refused.returncode == 2 and "give a selection" in refused.stderr
     assert dlq(fixed, "replay", "--since", "yesterday").returncode == 2
+    missing = dlq(fixed, "replay", "--all")  # a catalog that does not exist (a mistyped path) is never created
+    assert missing.returncode == 3 and "does not exist (no file" in missing.stderr and not (tmp_path / "c.db").exists()
+    get_catalog(load_config(fixed).catalog)  # the job's first run creates it
     empty = dlq(fixed, "replay", "--all")
     assert empty.returncode == 0 and "replay of 0 dead letter(s)" in empty.stdout
     pg = {"type": "sql", "uri": "postgresql+psycopg2://u:s3cret@127.0.0.1:9/db", "warehouse": (tmp_path / "wh").as_uri()}

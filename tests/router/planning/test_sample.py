@@ -4,6 +4,7 @@ as the job decodes them (a real broker, the registry emulator, a SQLite catalog,
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,9 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import router.cli.demo_cdc as cdc
+from router.catalog import get_catalog, load_table
+from router.changes.envelope import missing_key_reason
 from router.config import load_config
 from tests.router.executor.test_partition import make_dispatcher, run_batch
 from tests.router.executor.test_upsert import kafka_batch
@@ -45,6 +49,7 @@ def test_plan_samples_a_json_topic_then_sees_the_evolution(tmp_path, kafka_boots
     _produce(kafka_bootstrap, topic, [{"user": f"u{i}", "price": 1.5, "page": {"path": "/"}} for i in range(30)]
              + [b"{not json"])
 
+    get_catalog(load_config(path).catalog)  # the job's first run creates the catalog; plan never does
     first = _plan(path, "--sample", topic, "--format", "json")
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
@@ -110,3 +115,90 @@ def test_check_gates_a_routes_declared_json_schema(tmp_path, registry_url, uniqu
     retyped = check({**v1, "properties": {**v1["properties"], "amount": {"type": "string"}}})
     assert retyped.returncode == 1, retyped.stdout + retyped.stderr
     assert json.loads(retyped.stdout)["results"][0]["blocked_by"] == [f"table {ns}.payments (blocked)"]
+
+
+def _fields(schema_text: str) -> list[tuple[str, str, str]]:
+    """(name, required|optional, type) of the top-level columns of a schema as plan prints it."""
+    return [m.groups() for m in re.finditer(r"^  \d+: (\S+): (required|optional) (.+)$", schema_text, re.M)]
+
+
+KEYED = {  # an upsert route without `key`, over each unframed format whose Kafka keys carry the key
+    "connect-json-debezium": ({"format": "connect_json", "cdc": "debezium"}, cdc.DebeziumJsonEncoder(schemas=True)),
+    "json-debezium": ({"format": "json", "cdc": "debezium"}, cdc.DebeziumJsonEncoder(schemas=False)),
+    "flattened-json": ({"format": "json", "cdc": "debezium", "sequence_by": "__source_lsn"},
+                       cdc.FlattenedJsonEncoder()),
+    "json-upsert": ({"format": "json", "mode": "upsert"}, None),
+}
+
+
+@pytest.mark.parametrize("case", list(KEYED))
+def test_plan_sample_keys_an_unframed_upsert_route_as_the_job_does(case, tmp_path, kafka_bootstrap, registry_url,
+                                                                    unique_name):
+    """No registry subject for the key: plan --sample decodes the sampled Kafka keys as the job does and
+    plans the table the job then creates: the key columns required, the table's identifier fields."""
+    ns = unique_name("pk")
+    topic = f"{ns}.customers"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    settings, encode = KEYED[case]
+    script = cdc.ChangeScript(seed=3)
+    events = list(script.snapshot(12)) + list(script.mixed(12))
+    if encode is None:  # plain JSON keys and rows
+        messages = [(json.dumps(e.key).encode(), json.dumps({**e.value["after"], "updated_at": 1}).encode())
+                    for e in events if e.value is not None and e.value["after"] is not None]
+    else:
+        messages = [encode(topic, e)[1:3] for e in events]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for key, value in messages:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    route = {"name": "mirror", "topic": topic, "table": f"{ns}.customers", **settings}
+    config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
+              "catalog": {"name": "pk", "properties": props}, "tables": {"allowed_namespaces": [ns]},
+              "routes": [route], "dlq": {"table": f"{ns}.dead_letters"}}
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump(config))
+    get_catalog(load_config(path).catalog)  # the job's first run creates the catalog
+
+    planned = _plan(path, "--sample", topic, "--format", "json")
+    assert planned.returncode == 0, planned.stderr
+    out = json.loads(planned.stdout)
+    [plan] = out["plans"]
+    assert plan["new_table"] and not plan["blocked"], plan
+    assert not any("-key" in note for note in out["notes"] + plan["notes"]), out
+    assert any(note.startswith("upsert by id") for note in plan["notes"]), plan["notes"]
+
+    dispatcher = make_dispatcher(load_config(path).catalog, registry_url, ns, [route])
+    _, report = run_batch(dispatcher, [kafka_batch([(topic, 0, i, k, v) for i, (k, v) in enumerate(messages)])], 0)
+    assert not report.failed, report.failed
+    created = load_table(load_config(path).catalog, f"{ns}.customers", refresh=True).schema()
+    assert created.identifier_field_names() == {"id"}
+    assert _fields(plan["target_schema"]) == [
+        (f.name, "required" if f.required else "optional", str(f.field_type)) for f in created.fields]
+    assert ("id", "required", "long") in _fields(plan["target_schema"])
+
+
+def test_plan_sample_of_an_upsert_route_whose_keys_name_no_column(tmp_path, kafka_bootstrap, unique_name):
+    """Kafka keys that are no record (not JSON at all): the job dead-letters the records (missing_key);
+    the plan says so instead of planning a table without a key."""
+    ns = unique_name("pn")
+    topic = f"{ns}.items"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(topic, key=b"not json", value=json.dumps({"id": i}).encode())
+    assert producer.flush(30) == 0
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
+              "catalog": {"name": "pn", "properties": props}, "tables": {"allowed_namespaces": [ns]},
+              "routes": [{"name": "items", "topic": topic, "table": f"{ns}.items", "format": "json", "mode": "upsert"}]}
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump(config))
+    get_catalog(load_config(path).catalog)
+    planned = _plan(path, "--sample", topic, "--format", "json")
+    assert planned.returncode == 1, planned.stderr
+    [violation] = json.loads(planned.stdout)["plans"][0]["violations"]
+    assert (violation["kind"], violation["outcome"]) == ("missing_key", "dlq")
+    assert violation["reason"] == missing_key_reason(f"{ns}.items")
