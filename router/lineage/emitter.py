@@ -123,8 +123,8 @@ class JobLineage:
         config = self.config
         topics = list(config.kafka.topics)
         sources = table_sources(config, topics)
-        self.announced = {t: set(s) for t, s in sources.items()}
         outputs = list(sources) + ([config.dlq.table] if config.dlq.table else [])
+        self.announced = {t: set(sources.get(t, ())) for t in outputs}
 
         def build() -> list:
             from router.lineage.events import input_datasets

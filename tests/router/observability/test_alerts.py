@@ -44,3 +44,16 @@ def test_the_rules_fire_on_a_troubled_job_and_stay_quiet_on_a_healthy_one(tmp_pa
     done = run_rule_tests(exposition(), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_every_rule_has_a_runbook_on_the_monitoring_page():
+    import re
+
+    from router.observability.alerts import alert_rules
+
+    page = (ROOT / "docs" / "monitoring.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", page, re.M)}
+    for rule in alert_rules()["groups"][0]["rules"]:
+        path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert path == "docs/monitoring.md" and anchor in anchors, rule["alert"]
+        assert f"`{rule['alert']}`" in page, rule["alert"]
