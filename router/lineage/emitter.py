@@ -24,6 +24,16 @@ log = logging.getLogger("icerouter.lineage")
 MISSING_CLIENT = "lineage needs the openlineage-python client: pip install 'icerouter[lineage]'"
 
 
+def require_client() -> None:
+    """A configured `lineage` section on an install without the client: a configuration error (exit 2)."""
+    try:
+        import openlineage.client  # noqa: F401
+    except ImportError:
+        from router.exceptions import ConfigError
+
+        raise ConfigError(MISSING_CLIENT) from None
+
+
 def make_client(transport: Mapping[str, Any]):
     """The openlineage-python client on the configured transport (nothing read from its env or files)."""
     try:
@@ -107,6 +117,7 @@ class JobLineage:
     """The streaming job's run: one run id from the query's start to its end."""
 
     def __init__(self, config: RouterConfig, sender: Sender | None = None) -> None:
+        require_client()
         from openlineage.client.uuid import generate_new_uuid
 
         self.config = config
@@ -183,6 +194,7 @@ def command_lineage(config: RouterConfig | None, command: str, inputs: Callable[
     if config is None or not config.lineage.enabled:
         yield run
         return
+    require_client()
     from openlineage.client.uuid import generate_new_uuid
 
     from router.lineage.events import run_event

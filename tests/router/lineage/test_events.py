@@ -4,6 +4,7 @@ the background sender (bounded, never raising), and secrets left out."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -141,3 +142,26 @@ def test_a_command_run_ends_with_fail_when_the_command_raises(monkeypatch):
     assert recorder.events[0]["job"]["name"] == "icerouter.maintain"
     with command_lineage(None, "maintain") as run:  # a dry run: nothing sent
         assert run.outputs == []
+
+
+@pytest.mark.parametrize("lineage, message", [
+    ({"transport": {"type": "smoke"}}, "lineage.transport.type: 'smoke' is not one of http, file, console, kafka"),
+    ({"transport": {"type": "http"}}, "lineage.transport.url: required by the http transport"),
+    ({"transport": {"type": "http", "url": "marquez:5000"}}, "must start with http:// or https://"),
+    ({"transport": {"type": "file", "path": "x"}}, "lineage.transport: unknown key 'path'"),
+    ({"transport": {"type": "kafka", "topic": "ol", "config": {"acks": "all"}}}, "needs bootstrap.servers"),
+    ({"transport": {"type": "console"}, "queue_size": 0}, "lineage.queue_size: must be > 0"),
+    ({"endpoint": "x"}, "lineage: unknown key 'endpoint'"),
+])
+def test_the_lineage_section_is_validated_at_load(lineage, message):
+    from router.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config({**BASE, "lineage": lineage})
+
+
+def test_lineage_is_off_by_default_and_its_secrets_never_show():
+    assert not parse_config(BASE).lineage.enabled
+    c = parse_config({**BASE, "lineage": {"transport": {"type": "http", "url": "https://u:pw@gms.example",
+                                                        "auth": {"type": "api_key", "apiKey": "tok-123"}}}})
+    assert c.lineage.enabled and "tok-123" not in repr(c.lineage) and "pw@" not in repr(c.lineage)
