@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from router.config import RouterConfig
 from router.lineage.naming import table_dataset, table_sources
+from router.routing import RoutingTable
 
 log = logging.getLogger("icerouter.lineage")
 
@@ -124,6 +125,7 @@ class JobLineage:
         self.sender = sender or Sender(config)
         self.run_id = str(generate_new_uuid())
         self.announced: dict[str, set[str]] = {}  # table -> topics the events have named as its sources
+        self.routing = RoutingTable(config.routes, config.tables, config.dlq)  # compiled once, cached per topic
 
     def _event(self, state: str, **kwargs) -> Any:
         from router.lineage.events import run_event
@@ -145,10 +147,18 @@ class JobLineage:
 
     def batch(self, batch_id: int, tables: Iterable[str], topics: Iterable[str],
               changes: Mapping[str, list] | None = None) -> None:
-        """After a batch (the dispatcher's thread): a RUNNING event only when it says something new."""
+        """After a batch (the dispatcher's thread): a RUNNING event only when it says something new.
+        Never raises: lineage must not fail a batch."""
+        try:
+            self._batch(batch_id, tables, topics, changes)
+        except Exception as exc:
+            log.warning("lineage: batch %s not described: %s", batch_id, exc)
+
+    def _batch(self, batch_id: int, tables: Iterable[str], topics: Iterable[str],
+               changes: Mapping[str, list] | None) -> None:
         config, changes = self.config, dict(changes or {})
         tables, topics = set(tables), set(topics)
-        sources = table_sources(config, topics, tables)
+        sources = table_sources(config, topics, tables, self.routing)
         fresh = {t for t in tables if t not in self.announced or not sources.get(t, set()) <= self.announced[t]}
         if not fresh and not changes:
             return

@@ -63,14 +63,15 @@ def table_dataset(catalog: CatalogConfig, table: str) -> tuple[str, str]:
     return f"iceberg://{catalog.name}", table
 
 
-def table_sources(config: RouterConfig, topics: Iterable[str], tables: Iterable[str] = ()) -> dict[str, set[str]]:
+def table_sources(config: RouterConfig, topics: Iterable[str], tables: Iterable[str] = (),
+                  routing: RoutingTable | None = None) -> dict[str, set[str]]:
     """table -> the topics (of `topics`) whose routes write it.
 
     Tables named from the topic alone are rendered exactly; a table named from a header or a field
     value (`{header.tenant}.events`) is fed by the topics of every route that can name it, so each
     of `tables` (those a batch committed) that no route renders statically is credited to those.
     """
-    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    routing = routing or RoutingTable(config.routes, config.tables, config.dlq)
     out: dict[str, set[str]] = {}
     dynamic: set[str] = set()
     for topic in topics:
