@@ -4,7 +4,8 @@
     python scripts/gen_docs.py --check    # exit 1 and name the stale files (tests/docs runs this)
 
 Generated: docs/reference/configuration.md (from the config model and
-scripts/docs/config_keys.yaml), docs/reference/cli.md (from the argument parser), and the
+scripts/docs/config_keys.yaml), docs/reference/cli.md (from the argument parser), the Grafana
+dashboard and Prometheus rules under conf/ (router/observability/), and the
 benchmark tables between `<!-- BEGIN GENERATED: name -->` / `<!-- END GENERATED: name -->` in
 docs/benchmarks.md and README.md (from benchmarks/*.json, scripts/bench_tables.py). Run it after
 adding a config key, a command or an option, or a benchmark run that supersedes a cited one.
@@ -23,11 +24,16 @@ sys.path.insert(0, str(ROOT))
 
 from scripts import bench_tables  # noqa: E402
 from scripts.docs import cli_reference, config_reference  # noqa: E402
+from router.observability.alerts import alert_rules_yaml  # noqa: E402
+from router.observability.dashboard import dashboard_json  # noqa: E402
 
 #: whole files, written from scratch
 PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/configuration.md": config_reference.render,
     "docs/reference/cli.md": cli_reference.render,
+    # shipped beside the docs: what `icerouter observability dashboard|alerts` prints
+    "conf/grafana/icerouter-dashboard.json": dashboard_json,
+    "conf/prometheus/icerouter-alerts.yaml": alert_rules_yaml,
 }
 #: (file, region) -> the region's text, between its markers
 REGIONS: dict[tuple[str, str], Callable[[], str]] = {

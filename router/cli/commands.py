@@ -16,6 +16,7 @@ import traceback
 from typing import Callable, Sequence
 
 from router.config import load_config
+from router.cli.observability import add_observability
 from router.cli.operations import add_operations
 from router.deploy.defaults import COMPRESS_LEVEL, DEFAULT_OUTPUT
 from router.exceptions import ConfigError, RouterError
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tables in object storage (local SeaweedFS) behind an Iceberg REST catalog")
     demo.set_defaults(handler=cmd_demo)
     add_operations(sub)  # status, dlq (router/cli/operations.py)
+    add_observability(sub)  # observability dashboard|alerts (router/cli/observability.py)
     return parser
 
 
@@ -155,9 +157,13 @@ def cmd_check(args) -> int:
 
 def cmd_maintain(args) -> int:
     config = load_config(args.config)
+    from router.lineage.emitter import command_lineage
     from router.maintenance import maintain_command
+    from router.maintenance.run import list_tables
 
-    output = maintain_command(config, args.table, dry_run=args.dry_run)
+    tables = lambda: list_tables(config.catalog.load(), args.table)  # noqa: E731 (listed by the lineage thread)
+    with command_lineage(config if not args.dry_run else None, "maintain", inputs=tables, outputs=tables):
+        output = maintain_command(config, args.table, dry_run=args.dry_run)
     print(output)
     return EXIT_OK
 

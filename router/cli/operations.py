@@ -124,8 +124,12 @@ def cmd_dlq(args) -> int:
         from router.operations.dlq import catalog_reached
         from router.operations.replay import replay
 
-        with catalog_reached(config):
+        from router.lineage.emitter import command_lineage
+
+        with catalog_reached(config), command_lineage(None if args.dry_run else config, "dlq_replay",
+                                                      inputs=lambda: [config.dlq.table]) as run:
             report = replay(config, selection, dry_run=args.dry_run)
+            run.outputs = sorted(report.rows_by_table)
         print(json.dumps(report.to_json(), indent=1, default=str) if args.format == "json" else report.text())
         return 1 if report.failed else 0
     from router.operations.dlq import list_letters, summary

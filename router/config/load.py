@@ -24,6 +24,7 @@ from router.config.model import (
     RouteConfig, RouterConfig, TablesConfig,
 )
 from router.config.formats import parse_format
+from router.config.lineage import parse_lineage
 from router.config.reader import Section, interpolate
 from registry.formats import RAW
 from router.exceptions import ConfigError
@@ -41,7 +42,7 @@ TRANSIENT_FILE_CODEC_NAMES = tuple(TRANSIENT_FILE_CODECS)
 CDC_FORMATS = ("debezium",)
 
 ROOT_KEYS = ("kafka", "registry", "catalog", "job", "tables", "routes", "evolution", "dlq", "maintenance",
-             "unmatched", "tombstones")
+             "unmatched", "tombstones", "lineage")
 
 
 def load_config(path: str | os.PathLike) -> RouterConfig:
@@ -74,6 +75,7 @@ def parse_config(raw: Any, source: Path | None = None) -> RouterConfig:
         unmatched=root.choice("unmatched", "dlq", UNMATCHED_MODES),
         tombstones=root.choice("tombstones", "ignore", TOMBSTONE_MODES),
         source=source,
+        lineage=parse_lineage(root.get("lineage")),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.formats import REGISTRY_FORMAT, ValueFormat
-from router.masking import mask_secrets, mask_url
+from router.masking import MASK, mask_secrets, mask_url
 from router.table_writes import APPEND, TableWrite
 
 
@@ -168,6 +168,42 @@ class MaintenanceConfig:
 
 
 @dataclass(frozen=True)
+class LineageConfig:
+    """OpenLineage run events (router/lineage/); off unless a transport is given (router/config/lineage.py).
+
+    `transport`: the openlineage-python client's transport settings (type http, file, console or
+    kafka, and that type's keys); `namespace`: the jobs' namespace; `queue_size`: events waiting
+    for the background sender at most (more are dropped, counted and logged, never waited for).
+    """
+
+    transport: Mapping[str, Any] = field(default_factory=dict)
+    namespace: str = "icerouter"
+    queue_size: int = 1000
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.transport)
+
+    def __repr__(self) -> str:
+        return (f"LineageConfig(transport={_mask_deep(self.transport)!r}, namespace={self.namespace!r}, "
+                f"queue_size={self.queue_size})")
+
+
+def _mask_deep(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`mask_secrets` into nested mappings (a transport's `auth`, a Kafka transport's `config`) and URLs."""
+    out = {}
+    for key, value in mask_secrets(values).items():
+        if str(key).lower().replace("_", "") in ("apikey", "authorization"):
+            value = MASK
+        elif isinstance(value, Mapping):
+            value = _mask_deep(value)
+        elif isinstance(value, str) and "://" in value:
+            value = mask_url(value)
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
 class RouteConfig:
     name: str
     table: str
@@ -195,6 +231,7 @@ class RouterConfig:
     unmatched: str = "dlq"
     tombstones: str = "ignore"
     source: Path | None = None
+    lineage: LineageConfig = field(default_factory=LineageConfig)
 
     def __repr__(self) -> str:
         return f"RouterConfig(source={self.source}, routes={len(self.routes)}, kafka={self.kafka!r}, catalog={self.catalog!r})"

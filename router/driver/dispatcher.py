@@ -41,6 +41,14 @@ log = logging.getLogger("icerouter.job")
 QUARANTINE_AFTER = 3  # consecutive failing batches before a table is quarantined until restart
 
 
+def _job_lineage(config: RouterConfig):
+    from router.lineage.emitter import JobLineage  # deferred: the openlineage client is an extra
+
+    lineage = JobLineage(config)
+    lineage.start()  # before the query starts: START precedes the first batch's events
+    return lineage
+
+
 class Dispatcher:
     """Callable passed to `foreachBatch`; holds driver-side state between batches.
 
@@ -80,6 +88,8 @@ class Dispatcher:
         # the settled offsets in a Kafka consumer group, for Kafka's lag tools (router/driver/consumer_group.py)
         self.group = GroupCommitter(config, on_outcome=self.metrics.observe_group_commit if self.metrics else None) \
             if config.job.commit_consumer_group else None
+        # OpenLineage run events (router/lineage/) when lineage.transport is set; sent in the background
+        self.lineage = _job_lineage(config) if config.lineage.enabled else None
 
     def context(self, batch_id: int, redirect: frozenset = frozenset()) -> DispatchContext:
         return DispatchContext.for_config(self.config, batch_id, self.routing, redirect=redirect,
@@ -225,6 +235,9 @@ class Dispatcher:
         stats.lag = None if lags is None else sum(lags.values())
         if self.metrics is not None:
             self.metrics.observe_batch(stats, self.last_outcomes, self.last_dead_letters, len(self.quarantined))
+        if self.lineage is not None:  # queued only: built and sent by the lineage thread
+            self.lineage.batch(stats.batch_id, {o.table for o in self.last_outcomes if o.status == "committed"},
+                               {key.rpartition("/")[0] for key in self.last_read}, stats.changes)
         self.last_dead_letters = {}
         self.history.append(stats)
         self.history = self.history[-100:]

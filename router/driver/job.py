@@ -250,6 +250,8 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
             threading.Thread(target=stop_between_batches, args=(query,), name="icerouter-stop", daemon=True).start()
 
         signal.signal(signal.SIGTERM, stop)
+        if lease is not None and dispatcher.metrics is not None:
+            dispatcher.metrics.watch_lease(lease)
         if lease is not None:  # another process took the lease (this one stalled past it): stop now
             lease.keep(on_lost=lambda: threading.Thread(target=stop_between_batches, args=(query,),
                                                         name="icerouter-lease-stop", daemon=True).start())
@@ -266,7 +268,14 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
             raise JobAlreadyRunning(f"job {config.job.name!r} stopped: another process took its lease",
                                     job=config.job.name)
         return dispatcher
+    except BaseException as exc:
+        if getattr(dispatcher, "lineage", None) is not None:
+            dispatcher.lineage.finish(error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
+            dispatcher.lineage = None
+        raise
     finally:
+        if getattr(dispatcher, "lineage", None) is not None:
+            dispatcher.lineage.finish()
         group = getattr(dispatcher, "group", None)
         if group is not None:  # the last batches' offsets reach the consumer group too
             group.close()

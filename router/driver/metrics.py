@@ -52,7 +52,8 @@ def _label(value: str) -> str:
 def _gauge_text(name: str, doc: str, samples: Iterable[tuple[str, float]]) -> str:
     """One gauge family in the text format; ``samples`` are (rendered labels, value)."""
     lines = [f"# HELP {name} {doc}\n# TYPE {name} gauge\n"]
-    lines.extend(f"{name}{{{labels}}} {float(value)!r}\n" for labels, value in samples)
+    lines.extend(f"{name}{{{labels}}} {float(value)!r}\n" if labels else f"{name} {float(value)!r}\n"
+                 for labels, value in samples)
     return "".join(lines)
 
 
@@ -94,6 +95,17 @@ class _PartitionLag:
             rows.append((f'partition="{partition}",topic="{_label(topic)}"', records))
         return _gauge_text("icerouter_partition_lag_records",
                            "Records between the last batch's end offset and the latest offset", rows)
+
+
+class _LeaseHeld:
+    """``icerouter_lease_held``: 1 while the job holds its lease, 0 once another process took it."""
+
+    def __init__(self, lease) -> None:
+        self.lease = lease
+
+    def text(self) -> str:
+        return _gauge_text("icerouter_lease_held", "1 while this job holds its lease (job.lease_seconds), "
+                           "0 once another process took it", [("", 0.0 if self.lease.lost.is_set() else 1.0)])
 
 
 class JobMetrics:
@@ -152,6 +164,10 @@ class JobMetrics:
         self.build.labels(**info).set(1)
         if lag is not None:
             self.live.append(_PartitionLag(lag))
+
+    def watch_lease(self, lease) -> None:
+        """Export whether the job still holds `lease` (router/catalog/lease.py), read at each scrape."""
+        self.live.append(_LeaseHeld(lease))
 
     def observe_commits(self, outcomes: Iterable) -> None:
         for o in outcomes:

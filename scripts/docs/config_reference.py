@@ -51,6 +51,7 @@ SECTIONS: dict[str, tuple[type, Any]] = {
     "policy": (EvolutionPolicy, lambda c: c.evolution.default),
     "dlq": (model.DlqConfig, lambda c: c.dlq),
     "maintenance": (model.MaintenanceConfig, lambda c: c.maintenance),
+    "lineage": (model.LineageConfig, lambda c: c.lineage),
 }
 #: keys of a route that the model keeps in its TableWrite
 ROUTE_WRITE_KEYS = {f.name for f in dataclasses.fields(TableWrite)}

@@ -34,6 +34,7 @@ def served_metrics() -> set[str]:
     failed = SimpleNamespace(**{**vars(outcome), "status": "failed"})
     stats = SimpleNamespace(records=1, dispatch_seconds=0.1, commit_seconds=0.1, task_seconds={"write": 0.1})
     metrics.observe_batch(stats, [outcome, failed], {"decode_error": 1}, quarantined=1)
+    metrics.watch_lease(SimpleNamespace(lost=__import__("threading").Event()))  # a job with a lease
     names = set()
     for family in text_string_to_metric_families(metrics.exposition().decode()):
         names.add(family.name + "_total" if family.type == "counter" else family.name)

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retain", type=int, default=60, help="--soak: snapshots the expiry keeps")
     ap.add_argument("--compact-after", type=int, default=100,
                     help="--soak: maintenance.compact_after_files of the background maintenance (0: none)")
+    ap.add_argument("--keys", type=int, default=1,
+                    help="topic-partitions each commit covers (a fan-in table's offsets document grows with them)")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     if args.soak:
@@ -62,14 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.json_file:
             write_json(result, args.json_file)
         return 0
-    result = run_interleaved(args.tables or 100, args.batches or 10)
+    result = run_interleaved(args.tables or 100, args.batches or 10, args.keys)
     print(json.dumps({k: v for k, v in result.items() if k != "profile_ours_last_batch"}))
     if args.json_file:
         write_json(result, args.json_file)
     return 0
 
 
-def run_interleaved(tables: int, batches: int) -> dict:
+def run_interleaved(tables: int, batches: int, keys: int = 1) -> dict:
     """Ours and pyiceberg's commit of the same files, batch by batch; a cProfile of our last batch."""
     from router.catalog import DEFAULT_TABLE_PROPERTIES, create_table, load_table
     from router.catalog.commit import commit_table
@@ -93,8 +95,8 @@ def run_interleaved(tables: int, batches: int) -> dict:
     def result(name: str, batch: int) -> TableResult:
         table = theirs_tables[name] if name in theirs_tables else load_table(catalog, name)
         files = write_data_files(table, data)
-        return TableResult(name, data_files=files, rows=data.num_rows, offsets={f"{name}/0": [batch * 2000,
-                                                                                              batch * 2000 + 1999]})
+        return TableResult(name, data_files=files, rows=data.num_rows,
+                           offsets={f"{name}-{k:04d}/0": [batch * 2000, batch * 2000 + 1999] for k in range(keys)})
 
     def theirs(r: TableResult, batch: int) -> None:
         table = theirs_tables[r.table]
@@ -133,7 +135,7 @@ def run_interleaved(tables: int, batches: int) -> dict:
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(12)
     mean = {side: round(statistics.mean(values), 3) for side, values in ms.items()}
-    result_doc = {"tables": tables, "batches": batches, "rows_per_file": data.num_rows,
+    result_doc = {"tables": tables, "batches": batches, "rows_per_file": data.num_rows, "keys_per_commit": keys,
                   "ms_per_commit": mean, "speedup": round(mean["pyiceberg"] / mean["ours"], 2),
                   "profile_ours_last_batch": [line for line in out.getvalue().splitlines()
                                               if "site-packages" in line or "router/" in line][:12]}

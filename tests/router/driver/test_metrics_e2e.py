@@ -1,6 +1,8 @@
 """The Prometheus endpoint of a live job: scraped while `icerouter run` runs against a real broker,
 registry, Spark and a SQLite catalog, every value checked against the tables (DuckDB), the
-dead-letter table and the status file."""
+dead-letter table and the status file. The same job sends OpenLineage events to a local receiver
+(validated against the spec's schemas, datasets checked against the routes, a fan-out and a fan-in
+among them), and its scrape feeds `promtool test rules` (tests/router/observability/promtool.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from router.catalog import load_table
 from router.config import CatalogConfig
 from router.devstack._proc import free_port
 from tests.duckdb_reader import connect
+from tests.router.lineage.receiver import LineageReceiver, check_job_lineage
+from tests.router.observability.promtool import promtool, run_rule_tests
 from tests.router.driver.test_job_e2e import LOCAL_SPARK, _wait
 
 pytestmark = pytest.mark.slow
@@ -48,28 +52,33 @@ def count(catalog: CatalogConfig, table: str, where: str = "true") -> int:
 def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, registry_url, unique_name):
     prefix = unique_name("m")
     topics = [f"{prefix}.orders_a", f"{prefix}.orders_b"]
+    payments = f"{prefix}.payments"  # lineage: orders_b fans out (raw + mixed), mixed is fed by two topics
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics]).values():
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics] + [NewTopic(payments, 1, 1)]).values():
         future.result(15)
     props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
     catalog = CatalogConfig("m", props)
     port = free_port()
     dlq = f"{prefix}_ops.dead_letters"
     config = tmp_path / "router.yaml"
+    receiver = LineageReceiver()
     config.write_text(yaml.safe_dump({
-        "kafka": {"bootstrap_servers": kafka_bootstrap, "topics": topics,
+        "kafka": {"bootstrap_servers": kafka_bootstrap, "topics": topics + [payments],
                   "client": {"receive.message.max.bytes": 1_000_000_000}},
         "registry": {"url": registry_url},
         "catalog": {"name": "m", "properties": props},
         "job": {"name": f"job_{prefix}", "checkpoint": str(tmp_path / "checkpoint"), "trigger_seconds": 1,
                 "status_file": str(tmp_path / "status.json"), "spark": LOCAL_SPARK,
                 "metrics": {"port": port, "host": "127.0.0.1"}},
-        "tables": {"allowed_namespaces": [f"{prefix}_raw", f"{prefix}_ops"]},
-        "routes": [{"name": "raw", "topic": rf"{prefix}\.orders_.*", "table": f"{prefix}_raw.{{topic}}"}],
+        "tables": {"allowed_namespaces": [f"{prefix}_raw", f"{prefix}_ops", f"{prefix}_all"]},
+        "routes": [{"name": "raw", "topic": rf"{prefix}\.orders_.*", "table": f"{prefix}_raw.{{topic}}"},
+                   {"name": "mixed", "topic": rf"{prefix}\.(orders_b|payments)", "table": f"{prefix}_all.mixed"}],
         "dlq": {"table": dlq},
+        "lineage": {"transport": {"type": "http", "url": receiver.url, "endpoint": "api/v1/lineage"}},
     }))
     encode = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{topics[0]}-value", data.ORDER_V1))
     data.register(registry_url, f"{topics[1]}-value", data.ORDER_V1)
+    pay = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{payments}-value", data.ORDER_V1))
     proc = subprocess.Popen([sys.executable, "-m", "router.cli", "run", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -78,6 +87,8 @@ def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, regis
         for i in range(PER_TOPIC):
             for n, topic in enumerate(topics):
                 producer.produce(topic, value=encode(data.order(i + n * PER_TOPIC)), partition=i % 2)
+        for i in range(20):
+            producer.produce(payments, value=pay(data.order(5 * PER_TOPIC + i)), partition=0)
         producer.produce(topics[0], value=b"not framed", partition=0)  # a poison record: one dead letter
         assert producer.flush(30) == 0
         tables = [f"{prefix}_raw.{t.replace('.', '_')}" for t in topics]  # {topic} normalised
@@ -125,7 +136,7 @@ def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, regis
 
         # the lag comes from the query's last progress (posted after the batch's foreachBatch returned),
         # read at most every few seconds: every partition read reaches 0
-        _wait(lambda: lag() == {f"{t}/{p}": 0.0 for t in topics for p in (0, 1)}, 60, proc)
+        _wait(lambda: lag() == {**{f"{t}/{p}": 0.0 for t in topics for p in (0, 1)}, f"{payments}/0": 0.0}, 60, proc)
         assert value(samples, "icerouter_record_freshness_seconds_count") >= 2  # one per table commit
         assert 0 < value(samples, "icerouter_record_freshness_seconds_sum") / value(
             samples, "icerouter_record_freshness_seconds_count") < 600
@@ -154,9 +165,22 @@ def test_metrics_of_a_live_job_match_the_tables(tmp_path, kafka_bootstrap, regis
         assert value(replays, "icerouter_dead_letter_replays", outcome="still_failing") == 1
         assert value(replays, "icerouter_dead_letter_replays", outcome="landed") == 0
         assert count(catalog, dlq) == 1  # the letter stayed, once
-    finally:
+        if promtool():  # the alert rules over this job's own series
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            rules = tmp_path / "promtool"
+            rules.mkdir()
+            done = run_rule_tests(text, rules)
+            assert done.returncode == 0, done.stdout + done.stderr
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        assert proc.wait(90) == 0
+        check_job_lineage(receiver.events, f"job_{prefix}", kafka_bootstrap, topics + [payments], {
+            tables[0]: {topics[0]}, tables[1]: {topics[1]},
+            f"{prefix}_all.mixed": {topics[1], payments}}, dlq)
+    finally:
+        receiver.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
