@@ -4,7 +4,8 @@
 - on a topic a transactional producer wrote (every transaction ends in a commit marker, so a
   partition's end offset is one past its last record), an upsert table among its tables;
 - after the checkpoint is lost (batch ids start again at 0), with new records since;
-- during a backfill stopped half way (a route added, the job killed), and once it finished.
+- during a backfill stopped half way (a route added, the job killed), and once it finished;
+- the live job's partition lag metric, caught up on the transactional topic.
 
 One job, one topic, the real `icerouter run` process, broker, registry, Spark and a SQLite
 catalog (the status arithmetic runs over the catalog grid in test_status.py, without Spark).
@@ -14,22 +15,24 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 import yaml
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
-from confluent_kafka import IsolationLevel
 
 import router.cli.demo_data as data
 from router.catalog import load_table
 from router.config import load_config
+from router.devstack._proc import free_port
 from router.progress import stored_progress
 from tests.duckdb_reader import connect
 from tests.router.driver.test_consumer_group import group_offsets
-from tests.router.driver.test_job_e2e import LOCAL_SPARK, _run
+from tests.router.driver.test_job_e2e import LOCAL_SPARK, _run, _wait
+from tests.router.driver.test_metrics_e2e import scrape
 
 pytestmark = pytest.mark.slow
 
@@ -123,9 +126,28 @@ def test_status_group_and_tables_agree_on_markers_a_lost_checkpoint_and_a_backfi
     # ids repeat every KEYS records in the upsert table: 40 rows added, KEYS live
     produce_in_transactions(kafka_bootstrap, topic, lambda r: encode({**r, "id": r["id"] % KEYS}), 0, 40, 7,
                             poison=True)
-    first = _run(path, "--available-now")
-    assert first.returncode == 0, first.stderr[-3000:]
+    # the first run lives (its metrics are served while it runs), then stops on SIGTERM
+    port = free_port()
+    config["job"]["metrics"] = {"port": port, "host": "127.0.0.1"}
+    config["job"]["trigger_seconds"] = 1
+    path.write_text(yaml.safe_dump(config))
+    ends = broker_ends(kafka_bootstrap, topic)
+    proc = subprocess.Popen([sys.executable, "-m", "router.cli", "run", "--config", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def caught_up() -> bool:  # the metric and the group both at 0 lag
+            lag = {f"{topic}/{labels[0][1]}": v for (name, labels), v in scrape(port).items()
+                   if name == "icerouter_partition_lag_records"}
+            return lag == dict.fromkeys(ends, 0) and group_offsets(kafka_bootstrap, f"job_{prefix}") == ends
+
+        _wait(caught_up, 240, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0
     agree(path, kafka_bootstrap, topic, {raw: 40, latest: KEYS})
+    del config["job"]["metrics"], config["job"]["trigger_seconds"]
+    path.write_text(yaml.safe_dump(config))
 
     # the checkpoint lost; new records (no dead letter among them) since
     produce_in_transactions(kafka_bootstrap, topic, lambda r: encode({**r, "id": r["id"] % KEYS}), 40, 20, 6)
