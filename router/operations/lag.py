@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from router.catalog.progress_views import settled_offsets
 from router.config import RouterConfig
@@ -51,7 +52,13 @@ def open_backfills(config: RouterConfig, earliest: dict[str, int], ends: dict[st
     partitions = [split_key(key) for key in ends]
     if not partitions:
         return {}
-    plan = plan_resume(config, partitions, earliest, ends, checkpoint_offsets(config.job.checkpoint))
+    resume_log = logging.getLogger("icerouter.resume")
+    level = resume_log.level
+    resume_log.setLevel(logging.WARNING)  # its timing line is the job's start, not this command's output
+    try:
+        plan = plan_resume(config, partitions, earliest, ends, checkpoint_offsets(config.job.checkpoint))
+    finally:
+        resume_log.setLevel(level)
     out = {table: {key: begin for key, (begin, until) in parts.items() if until > begin}
            for table, parts in plan.backfills.items()}
     return {table: parts for table, parts in out.items() if parts}
