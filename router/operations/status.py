@@ -252,8 +252,10 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
     for key, end in sorted(ends.items()):
         held = [t.next_offsets[key] for t in state.tables if key in t.next_offsets]
         read = settled.get(key) if settled is not None and key in settled else (min(held) if held else None)
-        pending = [end - t.backfill[key] for t in state.tables if key in t.backfill]  # backfill positions
-        nxt = min([read] + pending if read is not None else pending) if pending or read is not None else None
+        # the positions of the tables an open backfill of the partition is for
+        behind = [end - t.backfill[key] for t in state.tables if key in t.backfill]
+        positions = ([] if read is None else [read]) + behind
+        nxt = min(positions) if positions else None
         # a partition the job never read is behind by all it holds (the job reads a new one from its start)
         lag = max(0, end - (nxt if nxt is not None else earliest.get(key, 0)))
         state.partitions[key] = {"end": end, "next": nxt, "settled": read, "lag": lag}
