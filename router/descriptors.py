@@ -22,6 +22,7 @@ from registry.config import RegistryConfig
 from router import progress
 from router.config import CatalogConfig, DlqConfig, MaintenanceConfig, TablesConfig
 from router.routing import RoutingTable
+from router.source.offsets import tp_key
 
 STATS_ROW = ""  # the descriptor row carrying a task's phase timings
 READ_STAT = "read"  # in the stats row: "topic/partition" -> [min, max] of every record the task read
@@ -198,6 +199,18 @@ class BatchDescriptors:
     timings: dict[str, float] = field(default_factory=dict)
     ranges: list = field(default_factory=list)
     read: dict = field(default_factory=dict)  # "topic/partition" -> [min, max] of the records read
+
+    def settled(self) -> dict:
+        """"topic/partition" -> [first, last] offset the batch is done with: the records it read, and
+        in fused mode each range it read whole, up to the range's end (`until` - 1). A range ends at
+        the source's end offset for the batch, past transaction markers, aborted records and
+        compacted gaps that no record stands for, so the position taken from it is the one a Kafka
+        consumer would commit (the next offset to fetch), not the last record + 1."""
+        out = {key: list(span) for key, span in self.read.items()}
+        for task in self.ranges:
+            progress.widen(out, {tp_key(topic, partition): [lo, until - 1]
+                                 for topic, partition, lo, until in task if until > lo})
+        return out
 
 
 def decode_descriptors(rows: Iterable[tuple[str, bytes]]) -> BatchDescriptors:

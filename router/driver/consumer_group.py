@@ -4,15 +4,20 @@ Why: kafka-consumer-groups, Burrow, kafka-lag-exporter and Control Center read a
 committed offsets; the job keeps its offsets in the tables (router/progress.py), which those
 tools cannot see. After each batch the driver commits, per partition, the offset below which
 every record the job read is in its tables or a dead letter: the dead-letter table's settled
-offset (router/catalog/commit.py), the same `icerouter status` reports. With fan-out several
-tables read one partition; the committed offset is the lowest any of them still needs, and a
-table that was routed nothing from the partition needs nothing below what the job has settled.
+offset (router/catalog/commit.py), the same `icerouter status` reports as the job's read position.
+As a Kafka consumer commits its position, it is the next offset to fetch: the source's end offset
+for the batch, past a trailing transaction marker or compacted gap (a caught-up partition shows
+lag 0), not the last record + 1. With fan-out several tables read one partition; the committed
+offset is the lowest any of them still needs, and a table that was routed nothing from the
+partition needs nothing below what the job has settled.
 
 For monitoring only: the job never reads the group back, so the tables stay the source of
 truth. The commit runs in a background thread after the batch, and a failure (brokers down,
 a group with active members of its own) is logged and counted, never fails a batch. Offsets
-only move forward in a run: a backfill reading older ranges does not pull the group back, and
-the first commit of a run starts from the dead-letter table's settled offsets.
+only move forward in a run: a backfill reading older ranges does not pull the group back (while
+it runs the group shows the read position; `icerouter status` and the partition lag metric also
+count what the backfill has still to read), and the first commit of a run starts from the
+dead-letter table's settled offsets, read by commit order (router/catalog/progress_views.py).
 """
 
 from __future__ import annotations
@@ -68,13 +73,13 @@ class GroupCommitter:
         from pyiceberg.exceptions import NoSuchTableError
 
         from router.catalog import get_catalog
-        from router.progress import stored_progress
+        from router.catalog.progress_views import settled_offsets
 
         try:  # a handle of its own: the process's cached handles are committed in place by the batches
             table = get_catalog(self.config.catalog).load_table(self.config.dlq.table)
         except NoSuchTableError:
             return {}
-        return dict(stored_progress(table, self.config.job.name).get("settled", {}))
+        return settled_offsets(table, self.config.job.name) or {}
 
     def commit(self) -> bool:
         """One commit of the current offsets; True when the brokers accepted it."""

@@ -29,6 +29,7 @@ from router.driver.housekeeping import BackgroundMaintenance
 from router.driver.metrics import JobMetrics
 from router.driver.status import BatchStats, partition_lag, write_status
 from router.exceptions import is_transient
+from router.progress import next_offsets
 from router.faults import drill
 from router.catalog.dead_letter_table import ensure_dead_letter_table, replay_counts
 from router.executor.fused_reader import write_handoff
@@ -76,6 +77,9 @@ class Dispatcher:
         self.last_timings: dict = {}
         self.last_ranges: list = []
         self.last_read: dict = {}  # "topic/partition" -> [min, max] of the records the batch read
+        # ... and of the offsets it is done with: up to each range's end, past transaction markers (fused read)
+        self.last_settled: dict = {}
+        self.reached: dict = {}  # "topic/partition" -> the next offset this run's reads got to (backfill lines)
         self.last_outcomes: list = []  # every table commit of the last batch (router.catalog.commit.CommitOutcome)
         self.fused = fused_options
         self.handoff_file = handoff_file
@@ -106,6 +110,7 @@ class Dispatcher:
         batch = decode_descriptors(rows)
         if not ctx.redirect:
             self.last_timings, self.last_ranges, self.last_read = batch.timings, batch.ranges, batch.read
+            self.last_settled = batch.settled()
         return batch.results
 
     def dispatch_with_retry(self, df, ctx: DispatchContext, stats: BatchStats) -> dict[str, TableResult]:
@@ -154,7 +159,7 @@ class Dispatcher:
             # Committed last and every batch: its settled offsets say every record the batch read is
             # now in a table or a dead letter (where a restart without checkpoint may begin).
             dlq_result = dlq_result or TableResult(dlq_table)
-            dlq_result.settled = dict(self.last_read)
+            dlq_result.settled = dict(self.last_settled)
             ensure_dead_letter_table(self.config.catalog, dlq_table)
             dlq_report = self.commit_with_outage_retry({dlq_table: dlq_result}, batch_id)  # waits out a catalog outage
             if dlq_report.failed:
@@ -168,8 +173,9 @@ class Dispatcher:
                 stats.dead_letters = dlq_result.rows
                 self.last_dead_letters = dict(dlq_result.reasons)
         stats.commit_seconds = time.perf_counter() - t_commit
+        self.reached = next_offsets(self.reached, self.last_settled)
         if self.group is not None:  # everything the batch read is now in its tables or a dead letter
-            self.group.advance(self.last_read)
+            self.group.advance(self.last_settled)
             self.group.submit()
 
         for outcome in report.committed:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -19,6 +18,7 @@ from router.catalog.progress_views import table_views
 from router.catalog.dead_letter_table import ensure_dead_letter_table
 from router.config import RouterConfig
 from router.driver.dispatcher import Dispatcher
+from router.driver.checkpoint_files import checkpoint_offsets, next_batch_id
 from router.driver.fused_stream import fused_stream
 from router.catalog.lease import JobAlreadyRunning, Lease, lease_table
 from router.driver.resume import backfill_summary, plan_resume
@@ -63,40 +63,6 @@ def handoff_path(job: str, checkpoint: str = "") -> str:
         os.makedirs(folder, exist_ok=True)
         return os.path.join(folder, name)
     return os.path.join(tempfile.gettempdir(), name)
-
-
-def next_batch_id(checkpoint: str) -> int | None:
-    """The id Spark gives the first batch of this run: the last planned batch again if it never
-    committed, else the one after; None when the checkpoint is not on a local disk."""
-    if "://" in checkpoint and not checkpoint.startswith("file:"):
-        return None
-    root = checkpoint.removeprefix("file://").removeprefix("file:")
-
-    def latest(folder: str) -> int:
-        try:
-            return max((int(n) for n in os.listdir(os.path.join(root, folder)) if n.isdigit()), default=-1)
-        except OSError:
-            return -1
-
-    planned, committed = latest("offsets"), latest("commits")
-    return planned if planned > committed else committed + 1
-
-
-def checkpoint_offsets(checkpoint: str) -> dict | None:
-    """The source's end offsets of the checkpoint's last planned batch (its rewind cursors are
-    backfills a stop interrupted); None when there is none or it is not on a local disk."""
-    batch = next_batch_id(checkpoint)
-    if not batch:
-        return None
-    path = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "offsets", str(batch))
-    if not os.path.exists(path):
-        path = os.path.join(os.path.dirname(path), str(batch - 1))
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.loads(f.read().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def prepare_catalog(config: RouterConfig) -> None:
@@ -260,7 +226,7 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
         except KeyboardInterrupt:
             log.info("stopping %s", config.job.name)
             query.stop()
-        for line in backfill_summary(config, dispatcher.backfills):
+        for line in backfill_summary(config, dispatcher.backfills, dispatcher.reached):
             log.info("%s", line)
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {str(query.exception()).splitlines()[0]}")

@@ -94,7 +94,8 @@ class _PartitionLag:
             topic, partition = split_key(key)
             rows.append((f'partition="{partition}",topic="{_label(topic)}"', records))
         return _gauge_text("icerouter_partition_lag_records",
-                           "Records between the last batch's end offset and the latest offset", rows)
+                           "Records between the last batch's end offset (an open backfill's cursor, when it is "
+                           "below) and the latest offset", rows)
 
 
 class _LeaseHeld:

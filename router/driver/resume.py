@@ -120,7 +120,11 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
                 continue
             if key in doc["offsets"]:
                 held.append((doc["offsets"][key], 0, f"table {table}"))
-                if key in resumed and doc["offsets"][key] < positions[key] and key not in plan.backfills.get(table, {}):
+                # an interrupted backfill reads on from its cursor: it is for the tables at or below the
+                # cursor, not for one past it that stands below the position only because its last
+                # offsets are transaction markers or records routed elsewhere
+                if key in resumed and doc["offsets"][key] < positions[key] and doc["offsets"][key] <= resumed[key] \
+                        and key not in plan.backfills.get(table, {}):
                     plan.backfills.setdefault(table, {})[key] = (doc["offsets"][key], hi)
         if config.dlq.table:
             settled = (dlq or {}).get("settled", {})
@@ -159,16 +163,22 @@ def _count(ranges) -> int:
     return sum(max(0, until - begin) for begin, until in ranges)
 
 
-def backfill_summary(config: RouterConfig, backfills: dict[str, dict[str, tuple[int, int]]]) -> list[str]:
-    """One line per backfill of this start: how many of its records its table now holds, from the
-    table's own offsets (the run's last lines; a stop halfway says how far it got)."""
+def backfill_summary(config: RouterConfig, backfills: dict[str, dict[str, tuple[int, int]]],
+                     reached: dict[str, int] | None = None) -> list[str]:
+    """One line per backfill of this start: how much of its range its table now holds, from the
+    table's own offsets (the run's last lines; a stop halfway says how far it got). `reached`: the
+    next offset per partition this run's finished batches read up to (router/driver/dispatcher.py):
+    a range read to its end is complete, though the table's next offset stops below it when the last
+    offsets are transaction markers, compacted away or records routed elsewhere."""
     if not backfills:
         return []
     views = table_views(config.catalog, sorted(backfills))
+    reached = reached or {}
     out = []
     for table, parts in sorted(backfills.items()):
         offsets = stored_progress(views[table], config.job.name).get("offsets", {}) if table in views else {}
-        read = _count((begin, min(offsets.get(key, begin), until)) for key, (begin, until) in parts.items())
+        read = _count((begin, until if reached.get(key, 0) >= until else min(offsets.get(key, begin), until))
+                      for key, (begin, until) in parts.items())
         out.append(f"backfill of {table}: {read} of {_count(parts.values())} records read"
                    + ("" if read >= _count(parts.values()) else " (the next start goes on from there)"))
     return out

@@ -40,7 +40,7 @@ class BatchStats:
 
 def partition_lag(spark, query_name: str) -> dict[str, int] | None:
     """Records per topic-partition between the last planned end offsets and the latest ones (the
-    query's last progress); rewind cursors (router/source/rewind.py) are not partitions."""
+    query's last progress); `progress_lag`."""
     try:
         query = next((q for q in spark.streams.active if q.name == query_name), None) if spark is not None else None
         progress = query.lastProgress if query is not None else None
@@ -52,10 +52,24 @@ def partition_lag(spark, query_name: str) -> dict[str, int] | None:
         end = json.loads(end) if isinstance(end, str) else end
         if not isinstance(latest, dict) or not isinstance(end, dict):
             return None
-        return {k: max(0, int(v) - int(end.get(k, 0))) for k, v in latest.items()
-                if not k.startswith(REWIND_PREFIX)}
+        return progress_lag(latest, end)
     except Exception:  # progress is best effort, never a reason to fail a batch
         return None
+
+
+def progress_lag(latest: dict, end: dict) -> dict[str, int]:
+    """Per partition, the latest offset minus where the job's reading stands in `end` (a batch's end
+    offsets): its position, or an open rewind cursor (router/source/rewind.py) below it, so what a
+    backfill has still to read counts as lag, as in `icerouter status`. Ends are the source's (past
+    transaction markers), so a caught-up partition lags 0."""
+    out = {}
+    for key, value in latest.items():
+        if key.startswith(REWIND_PREFIX):
+            continue
+        at = int(end.get(key, 0))
+        cursor = end.get(REWIND_PREFIX + key)
+        out[key] = max(0, int(value) - (min(at, int(cursor)) if cursor is not None else at))
+    return out
 
 
 def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict,

@@ -6,12 +6,16 @@ comes from where the job keeps its truth: each table's offsets document (router/
 the dead-letter table's settled offsets, the lease table (router/catalog/lease.py), the broker's
 end offsets; quarantined tables from the running driver's hand-off file and status file.
 
-Lag of a partition: the broker's end offset minus the job's next offset there, the dead-letter
-table's settled offset (every record below it is in its tables or a dead letter), or without a
-dead-letter table the lowest next offset of the tables that hold the partition; a partition the
-job never read lags by all it holds (end minus earliest offset). It is the lag
-Kafka tools see in the job's consumer group (router/driver/consumer_group.py). A table's own lag
-(end minus its next offset) also counts records routed elsewhere since its last row.
+Lag of a partition: the broker's end offset (read_committed: the last stable offset) minus the
+job's next offset there. That is the job's read position, the dead-letter table's settled offset
+(every record below it is in its tables or a dead letter; past transaction markers), or without a
+dead-letter table the lowest next offset of the tables that hold the partition; lower when a
+backfill or rewind still has records of the partition to read (the lowest position of the tables
+in one); a partition the job never read lags by all it holds (end minus earliest offset).
+The consumer group (router/driver/consumer_group.py) shows the read position (`settled`): it does
+not move back for a backfill. A table's own lag: end minus its position, the job's read position
+where it is up to date, its own next offset where a backfill of it is open. The arithmetic and
+what counts as a table's rows: router/operations/lag.py.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from router.catalog.progress_views import table_views
 from router.config import RouterConfig
 from router.exceptions import ServiceUnavailable
 from router.masking import mask_url
+from router.operations.lag import live_rows, open_backfills, replayed_offsets, settled_offsets
 from router.operations.letters import Selection, read_letters, summarize
 from router.progress import stored_progress
 from router.routing import RoutingTable
@@ -46,7 +51,9 @@ class TableState:
     delete_files: int | None = None
     batch_id: int | None = None  # the job's last batch committed to it (None: never)
     next_offsets: dict = field(default_factory=dict)  # "topic/partition" -> next offset the table expects
-    lag: dict = field(default_factory=dict)  # "topic/partition" -> broker end offset minus next offset
+    lag: dict = field(default_factory=dict)  # "topic/partition" -> broker end offset minus the table's position
+    backfill: dict = field(default_factory=dict)  # "topic/partition" -> records its open backfill has to read
+    replayed: dict = field(default_factory=dict)  # "topic/partition" -> [[lo, hi], ...] `dlq replay` wrote
 
 
 @dataclass
@@ -56,7 +63,9 @@ class JobState:
     bootstrap: str
     checked_at: float
     tables: list = field(default_factory=list)  # TableState, by name
-    # "topic/partition" -> {"end", "next", "lag"}; "next" None: never read (lag: all the partition holds)
+    # "topic/partition" -> {"end", "next", "settled", "lag"}: "settled" the job's read position (the
+    # consumer group's), "next" the lowest position of it and any open backfill; None: never read
+    # (lag: all the partition holds)
     partitions: dict = field(default_factory=dict)
     lease: dict | None = None  # {"holder", "host", "pid", "expires", "expired"}; None: not held
     quarantined: list = field(default_factory=list)
@@ -127,13 +136,20 @@ def _summary_int(snapshot, key: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def table_state(name: str, view, job: str, ends: dict[str, int]) -> TableState:
-    """`view`: a TableView (router/catalog/progress_views.py) or, from other catalogs, a pyiceberg Table."""
-    metadata = view.metadata
-    doc = stored_progress(view, job)
-    snapshot = next((s for s in metadata.snapshots if s.snapshot_id == metadata.current_snapshot_id), None)
+def table_state(name: str, view, job: str, ends: dict[str, int], settled: dict[str, int] | None = None,
+                backfill: dict[str, int] | None = None) -> TableState:
+    """`view`: a TableView (router/catalog/progress_views.py), from other catalogs a pyiceberg Table,
+    None for a table a backfill is to create. `settled`: the job's read position per partition;
+    `backfill`: "topic/partition" -> where an open backfill of the table starts (router/operations/lag.py)."""
+    metadata = view.metadata if view is not None else None
+    doc = stored_progress(view, job) if view is not None else {}
+    snapshot = next((s for s in metadata.snapshots if s.snapshot_id == metadata.current_snapshot_id), None) \
+        if metadata is not None else None
     stamp = getattr(snapshot, "timestamp_ms", None) if snapshot is not None else None
     offsets = dict(doc.get("offsets", {}))
+    backfill, settled = backfill or {}, settled or {}
+    position = {key: max(nxt, settled.get(key, nxt)) for key, nxt in offsets.items()}
+    position.update({key: max(offsets.get(key, begin), begin) for key, begin in backfill.items()})
     return TableState(
         table=name, last_commit=stamp / 1000 if stamp is not None else None,
         rows=_summary_int(snapshot, "total-records") if snapshot else 0,
@@ -141,7 +157,9 @@ def table_state(name: str, view, job: str, ends: dict[str, int]) -> TableState:
         delete_files=_summary_int(snapshot, "total-delete-files") if snapshot else 0,
         batch_id=doc.get("batch_id") if doc.get("batch_id", -1) >= 0 else None,
         next_offsets=offsets,
-        lag={key: max(0, ends[key] - nxt) for key, nxt in sorted(offsets.items()) if key in ends})
+        lag={key: max(0, ends[key] - at) for key, at in sorted(position.items()) if key in ends},
+        backfill={key: max(0, ends[key] - position[key]) for key in sorted(backfill) if key in ends},
+        replayed=replayed_offsets(view, job, doc) if view is not None else {})
 
 
 def quarantined_tables(config: RouterConfig, running: bool = True) -> list[str]:
@@ -191,6 +209,21 @@ def _lease(config: RouterConfig, now: float) -> dict | None:
             "expired": not isinstance(expires, (int, float)) or expires <= now}
 
 
+def _table_states(config: RouterConfig, tables: list[str], views: dict, settled: dict | None,
+                  backfills: dict[str, dict[str, int]], ends: dict[str, int]) -> list[TableState]:
+    """Every table the job wrote, a replay wrote, or an open backfill is to write (by name)."""
+    out = []
+    for name in sorted(set(tables) | set(backfills)):
+        view = views.get(name)
+        if view is None and name not in backfills:
+            continue
+        table = table_state(name, view, config.job.name, ends, settled, backfills.get(name))
+        if table.batch_id is not None or table.next_offsets or table.replayed or table.backfill:
+            table.rows = live_rows(config, name, table.rows, table.delete_files) if view is not None else None
+            out.append(table)
+    return out
+
+
 def job_state(config: RouterConfig, now: float | None = None) -> JobState:
     """The job's state as the catalog and the broker have it now; ServiceUnavailable (exit 3) when
     either does not answer."""
@@ -209,6 +242,8 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
         letters = read_letters(config.catalog, config.dlq.table, Selection(job=config.job.name),
                                columns=("error_class", "table_name", "topic", "failed_at")) \
             if config.dlq.table else None
+        settled = settled_offsets(views.get(config.dlq.table), config.job.name) if config.dlq.table else None
+        state.tables = _table_states(config, tables, views, settled, open_backfills(config, earliest, ends), ends)
     except ServiceUnavailable:
         raise
     except Exception as exc:
@@ -217,22 +252,16 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
         if unreachable(exc):
             raise _catalog_unreachable(config, exc) from None
         raise
-    for name in tables:
-        view = views.get(name)
-        if view is None:
-            continue
-        table = table_state(name, view, config.job.name, ends)
-        if table.batch_id is not None or table.next_offsets:
-            state.tables.append(table)
-    settled = None
-    if config.dlq.table and config.dlq.table in views:
-        settled = stored_progress(views[config.dlq.table], config.job.name).get("settled")
     for key, end in sorted(ends.items()):
         held = [t.next_offsets[key] for t in state.tables if key in t.next_offsets]
-        nxt = settled.get(key) if settled is not None and key in settled else (min(held) if held else None)
+        read = settled.get(key) if settled is not None and key in settled else (min(held) if held else None)
+        # the positions of the tables an open backfill of the partition is for
+        behind = [end - t.backfill[key] for t in state.tables if key in t.backfill]
+        positions = ([] if read is None else [read]) + behind
+        nxt = min(positions) if positions else None
         # a partition the job never read is behind by all it holds (the job reads a new one from its start)
         lag = max(0, end - (nxt if nxt is not None else earliest.get(key, 0)))
-        state.partitions[key] = {"end": end, "next": nxt, "lag": lag}
+        state.partitions[key] = {"end": end, "next": nxt, "settled": read, "lag": lag}
     running = not config.job.lease_seconds or (state.lease is not None and not state.lease["expired"])
     state.quarantined = quarantined_tables(config, running)
     state.dead_letters = summarize(letters) if letters is not None else {}
@@ -281,12 +310,17 @@ def format_text(state: JobState, problems: list[str]) -> str:
         if p["next"] is None:
             lines.append(f"  {key}: end {p['end']}, never read, lag {p['lag']:,}")
         elif p["lag"]:
-            lines.append(f"  {key}: end {p['end']}, next {p['next']}, lag {p['lag']:,}")
+            behind = "" if p.get("settled") in (None, p["next"]) else f" (read to {p['settled']}, a backfill behind)"
+            lines.append(f"  {key}: end {p['end']}, next {p['next']}{behind}, lag {p['lag']:,}")
     lines.append(f"tables: {len(state.tables)}")
     for t in state.tables:
-        lag = sum(t.lag.values())
-        lines.append(f"  {t.table}: {t.rows} rows, {t.data_files} data files, {t.delete_files} delete files, "
-                     f"last commit {_when(t.last_commit, now)}, batch {t.batch_id}, lag {lag:,}")
+        lag, backfill = sum(t.lag.values()), sum(t.backfill.values())
+        extra = (f" ({backfill:,} of them a backfill has to read)" if backfill else "") + (
+            f", {sum(hi - lo + 1 for runs in t.replayed.values() for lo, hi in runs):,} offsets replayed"
+            if t.replayed else "")
+        lines.append(f"  {t.table}: {'-' if t.rows is None else t.rows} rows, {t.data_files} data files, "
+                     f"{t.delete_files} delete files, last commit {_when(t.last_commit, now)}, batch {t.batch_id}, "
+                     f"lag {lag:,}{extra}")
     lines.append(f"quarantined: {', '.join(state.quarantined) if state.quarantined else 'none'}")
     letters = state.dead_letters
     if letters:

@@ -96,3 +96,14 @@ def test_replay_counts_follow_the_dead_letter_table():
     samples = _samples(metrics.exposition())  # a group commit renders again, outside a batch
     assert samples[("icerouter_consumer_group_commits_total", (("outcome", "committed"),))] == 1
     assert samples[("icerouter_consumer_group_commits_total", (("outcome", "failed"),))] == 1
+
+
+def test_partition_lag_counts_an_open_backfill_and_nothing_past_markers():
+    """The lag in the query's progress: latest minus the batch's end, or minus an open rewind cursor
+    below it (what the backfill has still to read, as `icerouter status` counts it); the end is the
+    source's, past a trailing transaction marker, so a caught-up partition lags 0."""
+    from router.driver.status import progress_lag
+
+    latest = {"t/0": 11, "t/1": 30, "#rewind:t/1": 30}
+    assert progress_lag(latest, {"t/0": 11, "t/1": 30, "#rewind:t/1": 12}) == {"t/0": 0, "t/1": 18}
+    assert progress_lag(latest, {"t/0": 9, "t/1": 30}) == {"t/0": 2, "t/1": 0}

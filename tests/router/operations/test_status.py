@@ -124,13 +124,16 @@ def test_status_reports_tables_lag_lease_quarantine_and_letters(tmp_path, kafka_
     tables = {t["table"]: t for t in doc["tables"]}
     assert sorted(tables) == [copy, orders]
     assert tables[orders]["rows"] == 11 and tables[orders]["data_files"] == 2 and tables[orders]["delete_files"] == 0
-    assert tables[orders]["next_offsets"] == {p0: 6, p1: 5} and tables[orders]["lag"] == {p0: 4, p1: 0}
-    assert tables[copy]["lag"] == {p0: 6} and tables[copy]["batch_id"] == 0
+    # a table's lag: end minus its position, the job's read position where it is up to date (no
+    # backfill of it is open): p0 10 - 9 even for copy, whose last row is at 3
+    assert tables[orders]["next_offsets"] == {p0: 6, p1: 5} and tables[orders]["lag"] == {p0: 1, p1: 0}
+    assert tables[copy]["lag"] == {p0: 1} and tables[copy]["batch_id"] == 0 and tables[copy]["backfill"] == {}
     stamp = load_table(config.catalog, orders, refresh=True).current_snapshot().timestamp_ms / 1000
     assert tables[orders]["last_commit"] == stamp
     # the job's next offset is the settled one: end 10 - next 9, end 5 - next 5
-    assert doc["partitions"] == {p0: {"end": 10, "next": 9, "lag": 1}, p1: {"end": 5, "next": 5, "lag": 0},
-                                 f"{late}/0": {"end": 3, "next": None, "lag": 3}}
+    assert doc["partitions"] == {p0: {"end": 10, "next": 9, "settled": 9, "lag": 1},
+                                 p1: {"end": 5, "next": 5, "settled": 5, "lag": 0},
+                                 f"{late}/0": {"end": 3, "next": None, "settled": None, "lag": 3}}
     assert doc["total_lag"] == 4 and doc["max_partition_lag"] == 3
     assert doc["dead_letters"]["total"] == 3
     assert doc["dead_letters"]["by_reason"] == {"evolution_violation": 2, "unmatched": 1}
@@ -159,6 +162,66 @@ def test_status_reports_tables_lag_lease_quarantine_and_letters(tmp_path, kafka_
     lease.release()
     stopped = status(path, "--require-running")
     assert stopped.returncode == 1 and "not running (no live lease)" in stopped.stdout
+
+
+def test_status_reads_by_commit_order_counts_backfills_and_lists_replayed_tables(tmp_path, kafka_bootstrap,
+                                                                               catalog_props, unique_name):
+    """The read position is the dead-letter table's settled offset as its latest commit left it: a
+    batch without dead letters moves only its property, and a compaction of the table since (its
+    snapshot carries the older summary) does not take it back; batch ids start again at 0 after a
+    lost checkpoint and are not compared. A new route's table not yet written has its whole backfill
+    to read: listed, counted in the partition's lag and over --max-lag. A table only `dlq replay`
+    wrote is listed with the offsets it took."""
+    from router.config import MaintenanceConfig
+    from router.maintenance.run import maintain_table
+
+    prefix = unique_name("sc")
+    topic = f"{prefix}.orders"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1), NewTopic(f"{prefix}.late", 1, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for _ in range(8):
+        producer.produce(topic, value=b"x", partition=0)
+    assert producer.flush(30) == 0
+    path = write_config(tmp_path, prefix, kafka_bootstrap, catalog_props)
+    config = load_config(path)
+    orders, copy, replayed = f"{prefix}_raw.orders", f"{prefix}_raw.copy", f"{prefix}_raw.replayed"
+    create_table(config.catalog, orders, SCHEMA)
+    p0 = f"{topic}/0"
+    commit_rows(config, orders, p0, 0, 4, 7)
+    commit_letters(config, topic, [4], {p0: [0, 4]}, 7)
+    commit_letters(config, topic, [5], {p0: [0, 5]}, 8)  # two small files: the compaction rewrites them
+    commit_rows(config, orders, p0, 6, 1, 0)  # the checkpoint lost: batch ids start again at 0
+    # batch 1 (no dead letters) read to the end: past a last offset no record stands for (a marker)
+    dlq_result = TableResult(config.dlq.table, settled={p0: [6, 7]})
+    assert commit_table(config.catalog, dlq_result, config.job.name, 1).status == "committed"
+    report = maintain_table(load_table(config.catalog, config.dlq.table, refresh=True),
+                            MaintenanceConfig(), orphans=False)
+    assert report.compaction.files_removed == 2, report
+    table = create_table(config.catalog, replayed, SCHEMA)
+    with table.transaction() as tx:
+        tx.set_properties({f"icerouter.replayed.{config.job.name}": json.dumps({p0: [[4, 5]]})})
+
+    out = status(path, "--format", "json")
+    assert out.returncode == 0 and out.stderr == "", out.stderr  # no thresholds; the start's log lines not shown
+    doc = json.loads(out.stdout)
+    tables = {t["table"]: t for t in doc["tables"]}
+    assert sorted(tables) == [copy, orders, replayed]
+    assert doc["partitions"][p0] == {"end": 8, "next": 0, "settled": 8, "lag": 8}  # copy's backfill: all 8
+    assert tables[orders]["lag"] == {p0: 0} and tables[orders]["batch_id"] == 0 and tables[orders]["rows"] == 5
+    assert tables[copy]["lag"] == tables[copy]["backfill"] == {p0: 8} and tables[copy]["rows"] is None
+    assert tables[replayed]["replayed"] == {p0: [[4, 5]]} and tables[replayed]["batch_id"] is None
+    text = status(path, "--max-lag", "7")
+    assert text.returncode == 1 and f"{p0}: end 8, next 0 (read to 8, a backfill behind), lag 8" in text.stdout
+    assert f"{copy}: - rows" in text.stdout and "(8 of them a backfill has to read)" in text.stdout
+    assert f"{replayed}: 0 rows" in text.stdout and "2 offsets replayed" in text.stdout
+
+    create_table(config.catalog, copy, SCHEMA)
+    commit_rows(config, copy, p0, 0, 7, 2)  # the backfill done: the table stands at the read position
+    doc = json.loads(status(path, "--format", "json", "--max-lag", "0").stdout)
+    assert doc["partitions"][p0] == {"end": 8, "next": 8, "settled": 8, "lag": 0} and doc["healthy"]
+    assert {t["table"]: t["lag"] for t in doc["tables"]}[copy] == {p0: 0}
 
 
 def test_status_exit_codes_for_unreachable_services_and_bad_config(tmp_path, unique_name, kafka_bootstrap):
