@@ -9,8 +9,9 @@ It holds, per "topic/partition":
   here is in the table, or was dead-lettered for it (a letter says so), or routes elsewhere.
 - ``replayed``: the offsets `icerouter dlq replay` put in the table (sorted [lo, hi] runs), and
   ``superseded``: those of upsert letters a newer row won over (the letter is settled, no row).
-- ``reads``: where and when (the reading task's wall clock, ms) each read of the partition began:
-  a table's first read, and every read again after a rollback. A letter older than the read that
+- ``reads``: where and when each read of the partition began, grouped by when (the reading task's
+  wall clock, ms): {"<ms>": {"topic/partition": first offset}}; a table's first read of each
+  partition, and every read again after a rollback. A letter older than the read that
   covers its offset was decided again by that read (a route added later took the record then).
 - ``gaps``: runs below ``offsets`` the table does not hold: a replay's rows a rollback took away.
   The job reads them again, and its commits close them.
@@ -33,12 +34,11 @@ import numpy as np
 import pyarrow as pa
 
 from router.arrays import one_chunk
-from router.progress import next_offsets, overlap, property_name, stored_progress, tp_keys, trim_rows
+from router.progress import next_offsets, overlap, stored_and_latest, tp_keys, trim_rows
 
 REPLAYED, SUPERSEDED, READS, GAPS = "replayed", "superseded", "reads", "gaps"
 #: replays before the ledger moved into the offsets document kept their offsets in this property
 LEGACY_REPLAYED_PROPERTY = "icerouter.replayed.{job}"
-MAX_READS = 16  # reads kept per partition (the oldest merge into the next: older letters stay unsettled)
 
 Ranges = dict  # "topic/partition" -> sorted disjoint [[lo, hi], ...]
 
@@ -125,7 +125,7 @@ class Ledger:
     offsets: dict = field(default_factory=dict)
     replayed: Ranges = field(default_factory=dict)
     superseded: Ranges = field(default_factory=dict)
-    reads: dict = field(default_factory=dict)  # key -> [[from offset, read at ms], ...] ascending
+    reads: dict = field(default_factory=dict)  # "<ms>" -> {key: from offset}: when each read began
     gaps: Ranges = field(default_factory=dict)
     batch_id: int = -1
     doc: dict = field(default_factory=dict)  # the document as stored (the dead-letter table's `settled` too)
@@ -185,14 +185,17 @@ class Ledger:
         """When the read that covers `offset` began (ms), None when no read of the table covers it."""
         if offset >= self.offsets.get(key, 0) or holds(self.gaps, key, offset):
             return None
-        reads = self.reads.get(key)
-        if not reads:
-            return 0 if key in self.offsets else None  # read before reads were recorded: long ago
-        began = None
-        for start, ms in reads:
-            if start <= offset:
-                began = ms
-        return began
+        began = None  # the read of the latest start at or below `offset`
+        for ms, starts in self.reads.items():
+            start = starts.get(key)
+            if start is not None and start <= offset and (began is None or start > began[0]):
+                began = (start, int(ms))
+        if began is None:
+            return 0 if key in self.offsets and not self._read(key) else None  # read before reads were kept
+        return began[1]
+
+    def _read(self, key: str) -> bool:
+        return any(key in starts for starts in self.reads.values())
 
     def holds_letter(self, key: str, offset: int, failed_ms: int, concerned: bool = True) -> bool:
         """The letter's record is in the table (or settled for it by a replay).
@@ -241,18 +244,23 @@ class Ledger:
         doc = {k: v for k, v in self.doc.items() if k not in ("at_snapshot",)}
         doc["batch_id"] = batch_id
         doc["offsets"] = next_offsets(self.offsets, covered)
-        reads = {k: [list(r) for r in v] for k, v in self.reads.items()}
+        reads, now = dict(self.reads), str(int(read_ms or 0))
         rewinds = self.rewind_from()
         for key, (lo, hi) in covered.items():
             again = rewinds.get(key)
-            if key not in self.offsets or again is not None:
-                start = lo if again is None else min(lo, again)
-                runs = [r for r in reads.get(key, []) if r[0] < start] + [[start, int(read_ms or 0)]]
-                reads[key] = runs[-MAX_READS:]
-        gaps = subtract_runs(self.gaps, {k: [[0, hi]] for k, (_, hi) in covered.items()})
+            if key in self.offsets and again is None:
+                continue  # the read goes on
+            start = lo if again is None else min(lo, again)
+            if again is not None:  # a read again replaces the reads that began at or past its start
+                for ms, starts in list(reads.items()):
+                    if starts.get(key, -1) >= start:
+                        reads[ms] = {k: v for k, v in starts.items() if k != key}
+            reads[now] = {**reads.get(now, {}), key: start}
+        reads = {ms: starts for ms, starts in reads.items() if starts}
+        gaps = subtract_runs(self.gaps, {k: [[0, hi]] for k, (_, hi) in covered.items()}) if self.gaps else {}
         for name, value in ((REPLAYED, self.replayed), (SUPERSEDED, self.superseded), (READS, reads), (GAPS, gaps)):
             if value:
-                doc[name] = dict(sorted(value.items()))
+                doc[name] = value if value is self.doc.get(name) else dict(sorted(value.items()))
             else:
                 doc.pop(name, None)
         return doc
@@ -292,12 +300,13 @@ def from_document(doc: dict | None, latest: dict | None = None, legacy: str | No
 def table_ledger(table, job: str, doc: dict | None = None) -> Ledger:
     """The ledger of `job` on `table` (a loaded table or a router.catalog.progress_views.TableView), as
     of its current snapshot. `doc`: `stored_progress(table, job)` when known."""
-    properties = table.metadata.properties
-    raw = properties.get(property_name(job))
-    try:
-        latest = json.loads(raw) if raw else None
-    except ValueError:
-        latest = None
-    return from_document(stored_progress(table, job) if doc is None else doc,
-                         latest if isinstance(latest, dict) else None,
-                         properties.get(LEGACY_REPLAYED_PROPERTY.format(job=job)))
+    stored, latest = stored_and_latest(table, job)
+    return from_document(stored if doc is None else doc, latest,
+                         table.metadata.properties.get(LEGACY_REPLAYED_PROPERTY.format(job=job)))
+
+
+def property_document(doc: dict) -> dict:
+    """The document as the table property keeps it: without `reads`, which only the snapshot that holds
+    the rows needs (the property answers for the latest commit's offsets, replays and gaps; a letter
+    against a table whose summaries are gone is taken as older than its reads)."""
+    return {k: v for k, v in doc.items() if k != READS}

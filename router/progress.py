@@ -68,17 +68,22 @@ def stored_progress(table, job: str) -> dict:
     the table property answers. A partition the summary lacks but the property
     holds reads as next offset 0 (`_behind`).
     """
+    return stored_and_latest(table, job)[0]
+
+
+def stored_and_latest(table, job: str) -> tuple[dict, dict | None]:
+    """(`stored_progress`, the job's latest commit's document: the table property, parsed once)."""
     name = property_name(job)
     metadata = table.metadata
     prop = _parse(metadata.properties.get(name))
     if prop is not None and "at_snapshot" in prop and prop["at_snapshot"] == metadata.current_snapshot_id:
-        return prop  # moved without a snapshot (dead-letter table, batch without letters)
+        return prop, prop  # moved without a snapshot (dead-letter table, batch without letters)
     for snapshot in _ancestors(metadata):
         summary = snapshot.summary
         doc = _parse(summary.additional_properties.get(name) if summary is not None else None)
         if doc is not None:
-            return _behind(doc, prop)
-    return prop or empty_progress()
+            return _behind(doc, prop), prop
+    return prop or empty_progress(), prop
 
 
 def _ancestors(metadata):

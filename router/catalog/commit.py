@@ -50,7 +50,7 @@ from router.catalog.tables import backoff, delete_quietly, load_table, manifest_
 from router.config import CatalogConfig, MaintenanceConfig
 from router.exceptions import is_transient
 from router.faults import crash_point
-from router.ledger import Ledger, table_ledger
+from router.ledger import Ledger, property_document, table_ledger
 from router.progress import next_offsets, property_name, widen
 
 
@@ -117,7 +117,8 @@ def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire:
     if not result.has_work:  # the dead-letter table's settled offsets move every batch
         doc["at_snapshot"] = table.metadata.current_snapshot_id
     # set first: the append reads the manifest merge settings from the staged properties
-    tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties), prop: json.dumps(doc)})
+    tx.set_properties({**missing_merge_settings(result.table, table.metadata.properties),
+                       prop: json.dumps(property_document(doc))})
     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
     if result.upsert is not None:  # images and the position deletes of the rows they replace
         row_delta(tx, result.data_files, deletes, snapshot_properties=summary)

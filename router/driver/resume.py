@@ -50,16 +50,16 @@ def _configured_start(starting, topic: str, partition: int, earliest: int, lates
     return earliest if value == EARLIEST else latest if value == LATEST else int(value)
 
 
-def _progress(config: RouterConfig, tables: list[str]) -> dict[str, tuple[dict | None, dict[str, int]]]:
+def _progress(config: RouterConfig, tables: list[str]) -> dict[str, tuple[dict | None, dict[str, int], dict]]:
     """table -> (its progress document, None when the job never committed it; where it must be read
-    again from: `Ledger.rewind_from`),
+    again from: `Ledger.rewind_from`; `Ledger.positions`: what it holds, replays included),
     for all of `tables` at once: one catalog query and the metadata files read as plain JSON
     (router/catalog/progress_views.py). A table that does not exist reads as never committed."""
-    out: dict[str, tuple[dict | None, dict[str, int]]] = dict.fromkeys(tables, (None, {}))
+    out: dict[str, tuple[dict | None, dict[str, int], dict]] = dict.fromkeys(tables, (None, {}, {}))
     for identifier, view in table_views(config.catalog, tables).items():
         ledger = table_ledger(view, config.job.name)
-        if ledger.job_committed:  # a table only replays wrote is new to the job: its tasks skip what they took
-            out[identifier] = (ledger.doc, ledger.rewind_from())
+        # a table only replays wrote is new to the job: its backfill starts past what they put there
+        out[identifier] = (ledger.doc if ledger.job_committed else None, ledger.rewind_from(), ledger.positions())
     return out
 
 
@@ -104,7 +104,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
         new: list[tuple[int, int, str]] = []
         named = named_by_topic[topic]
         for table in dict.fromkeys(named + discovered):
-            doc, behind = cache[table]
+            doc, behind, held_to = cache[table]
             if key in behind:  # rolled back: read again from there, even past a checkpoint
                 begin = min(max(behind[key], lo), hi)
                 plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
@@ -114,6 +114,7 @@ def plan_resume(config: RouterConfig, partitions: list[tuple[str, int]], earlies
                 if table in named:  # a new route: its table starts where the config says
                     begin = _configured_start(starting, topic, partition, lo, hi)
                     if begin is not None:
+                        begin = min(max(begin, held_to.get(key, begin)), hi)
                         new.append((begin, 0, f"new table {table}"))
                         plan.backfill[key] = min(plan.backfill.get(key, begin), begin)
                         plan.backfills.setdefault(table, {})[key] = (begin, hi)

@@ -11,37 +11,17 @@
   from the tables and the checkpoint's open rewind cursors (router/driver/resume.py `plan_resume`,
   the same function the job starts with). A table in one stands at its own next offset there.
 - Rows: an upsert table's live rows (position deletes applied), not the rows its snapshots added.
-- Offsets `icerouter dlq replay` put in a table (`replayed`): a table only a replay wrote is listed.
+- What a table holds is its ledger (router/ledger.py): its next offsets carried on through the
+  offsets `icerouter dlq replay` put there; a table only a replay wrote is listed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 from router.catalog.progress_views import settled_offsets
 from router.config import RouterConfig
-from router.progress import stored_progress
 from router.source.offsets import split_key
-
-#: the offsets `dlq replay` wrote to a table, in the job's offsets document (the table's ledger)
-REPLAYED_KEY = "replayed"
-#: ... and where replays before the ledger kept them (a table property)
-LEGACY_REPLAYED_PROPERTY = "icerouter.replayed.{job}"
-
-
-def replayed_offsets(view, job: str, doc: dict | None = None) -> dict[str, list]:
-    """{"topic/partition": [[lo, hi], ...]} the replays of `job` put in the table (empty: none).
-    `doc`: the table's `stored_progress`, when known."""
-    doc = stored_progress(view, job) if doc is None else doc
-    found = doc.get(REPLAYED_KEY)
-    if not found:
-        try:
-            found = json.loads(view.metadata.properties.get(LEGACY_REPLAYED_PROPERTY.format(job=job)) or "{}")
-        except ValueError:
-            found = {}
-    return {k: v for k, v in found.items() if v} if isinstance(found, dict) else {}
-
 
 def open_backfills(config: RouterConfig, earliest: dict[str, int], ends: dict[str, int]) -> dict[str, dict[str, int]]:
     """table -> {"topic/partition": offset its backfill (or rewind) starts from} for every backfill the

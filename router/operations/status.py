@@ -32,9 +32,9 @@ from router.catalog.progress_views import table_views
 from router.config import RouterConfig
 from router.exceptions import ServiceUnavailable
 from router.masking import mask_url
-from router.operations.lag import live_rows, open_backfills, replayed_offsets, settled_offsets
+from router.ledger import Ledger, table_ledger
+from router.operations.lag import live_rows, open_backfills, settled_offsets
 from router.operations.letters import Selection, read_letters, summarize
-from router.progress import stored_progress
 from router.routing import RoutingTable
 from router.source.offsets import tp_key
 
@@ -142,11 +142,11 @@ def table_state(name: str, view, job: str, ends: dict[str, int], settled: dict[s
     None for a table a backfill is to create. `settled`: the job's read position per partition;
     `backfill`: "topic/partition" -> where an open backfill of the table starts (router/operations/lag.py)."""
     metadata = view.metadata if view is not None else None
-    doc = stored_progress(view, job) if view is not None else {}
+    ledger = table_ledger(view, job) if view is not None else Ledger()
     snapshot = next((s for s in metadata.snapshots if s.snapshot_id == metadata.current_snapshot_id), None) \
         if metadata is not None else None
     stamp = getattr(snapshot, "timestamp_ms", None) if snapshot is not None else None
-    offsets = dict(doc.get("offsets", {}))
+    offsets = ledger.positions()  # the job's next offsets, carried on through what replays put there
     backfill, settled = backfill or {}, settled or {}
     position = {key: max(nxt, settled.get(key, nxt)) for key, nxt in offsets.items()}
     position.update({key: max(offsets.get(key, begin), begin) for key, begin in backfill.items()})
@@ -155,11 +155,11 @@ def table_state(name: str, view, job: str, ends: dict[str, int], settled: dict[s
         rows=_summary_int(snapshot, "total-records") if snapshot else 0,
         data_files=_summary_int(snapshot, "total-data-files") if snapshot else 0,
         delete_files=_summary_int(snapshot, "total-delete-files") if snapshot else 0,
-        batch_id=doc.get("batch_id") if doc.get("batch_id", -1) >= 0 else None,
+        batch_id=ledger.batch_id if ledger.batch_id >= 0 else None,
         next_offsets=offsets,
         lag={key: max(0, ends[key] - at) for key, at in sorted(position.items()) if key in ends},
         backfill={key: max(0, ends[key] - position[key]) for key in sorted(backfill) if key in ends},
-        replayed=replayed_offsets(view, job, doc) if view is not None else {})
+        replayed=ledger.replayed)
 
 
 def quarantined_tables(config: RouterConfig, running: bool = True) -> list[str]:

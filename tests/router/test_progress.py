@@ -23,6 +23,7 @@ from router.source.rewind import batch_ranges, next_end, open_rewinds
 from router.catalog import load_table
 from router.descriptors import STATS_ROW, TableResult
 from router.executor.tasks import process_partition
+from router.ledger import table_ledger
 from tests.router.executor.test_partition import catalog_config, make_dispatcher, read, run_batch, source_batch  # noqa: F401
 
 
@@ -49,8 +50,9 @@ def test_replay_under_another_batch_id_writes_nothing(orders_job, catalog_config
     assert [o.status for o in report.outcomes if o.table == table] == []  # nothing to commit, nothing tried
     assert [r[0] for r in read(catalog_config, table, "_kafka_offset")] == [0, 1, 2, 3, 4]
     stored = json.loads(load_table(catalog_config, table, refresh=True).properties[property_name("icerouter")])
-    assert stored["batch_id"] == 7 and stored["offsets"] == {f"{topic}/0": 5}
-    assert [start for start, _ in stored["reads"][f"{topic}/0"]] == [0]  # one read, from 0: nothing read again
+    assert stored == {"batch_id": 7, "offsets": {f"{topic}/0": 5}}
+    reads = table_ledger(load_table(catalog_config, table, refresh=True), "icerouter").reads
+    assert [starts[f"{topic}/0"] for starts in reads.values()] == [0]  # one read, from 0: nothing read again
 
 
 def test_partial_overlap_writes_exactly_the_missing_rows(orders_job, catalog_config):  # noqa: F811

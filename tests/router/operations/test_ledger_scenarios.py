@@ -78,7 +78,7 @@ def test_a_route_added_then_replay_then_job_writes_each_record_once(tmp_path, re
     assert ledger.replayed == {f"{misc}/0": [[0, 1]]} and not ledger.job_committed
 
     backfills = job_start(fixed, misc_records(registry_url, ns), 2)  # the job meets a table only a replay wrote
-    assert backfills[misc] == {f"{misc}/0": (0, 2)}  # new to the job: it reads the topic from its start
+    assert backfills[misc] == {f"{misc}/0": (2, 2)}  # new to the job: its backfill starts past what it holds
     assert offsets_in(config, misc) == [(misc, 0), (misc, 1)]  # and the ledger kept it from writing them again
     ledger = table_ledger(load_table(config.catalog, misc, refresh=True), config.job.name)
     assert ledger.positions() == {f"{misc}/0": 2} and ledger.replayed == {f"{misc}/0": [[0, 1]]}

@@ -24,7 +24,7 @@ from router.config import load_config
 from router.driver.dispatcher import Dispatcher
 from router.operations.letters import Selection, read_letters
 from router.catalog.dead_letter_table import REPLAYS_PROPERTY
-from router.ledger import add_offsets, holds, table_ledger
+from router.ledger import table_ledger
 from router.progress import stored_progress
 from tests.duckdb_reader import read_iceberg
 from tests.router.executor.test_partition import run_batch, source_batch
@@ -214,14 +214,6 @@ def test_replay_needs_a_selection_and_a_catalog(tmp_path, registry_url, unique_n
     result = dlq(down, "summary")
     assert result.returncode == 3 and "could not reach the Iceberg catalog" in result.stderr
     assert "s3cret" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-def test_offsets_taken_from_replays_merge_into_runs():
-    ranges = add_offsets({}, {"t/0": [5, 3, 4, 9]})
-    assert ranges == {"t/0": [[3, 5], [9, 9]]}
-    ranges = add_offsets(ranges, {"t/0": [6, 8, 7], "t/1": [0]})
-    assert ranges == {"t/0": [[3, 9]], "t/1": [[0, 0]]}
-    assert holds(ranges, "t/0", 7) and not holds(ranges, "t/0", 2) and not holds(ranges, "t/2", 0)
 
 
 def test_a_letter_that_lands_in_one_table_and_fails_in_another(tmp_path, registry_url, unique_name):
