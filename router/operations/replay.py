@@ -34,9 +34,10 @@ finishes step 2: no row twice, none lost. The job's contiguous offsets are uncha
 Upsert tables: an image from a letter replaces a key's live row only when that row came from an
 older record (same partition: a lower offset; another partition: an older Kafka timestamp); a
 newer row wins and the letter counts as superseded (recorded in the table's ledger with the
-commit, so the counts are the same whatever step a run was killed at). The dry run decides through
-the same writer and the same supersession check, on files it deletes afterwards. This needs the rows' Kafka metadata columns
-(`tables.metadata_columns`, the default); without them an upsert replay is refused. A key a
+commit, so the counts are the same whatever step a run was killed at). The dry run reduces the
+letters per key as the upsert writer does and asks the same supersession check, writing nothing.
+This needs the rows' Kafka metadata columns (`tables.metadata_columns`, the default); without them
+an upsert replay is refused. A key a
 newer change deleted has no row left to compare with: its older image comes back.
 """
 

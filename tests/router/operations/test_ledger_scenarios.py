@@ -25,7 +25,7 @@ from router.driver.resume import plan_resume
 from router.ledger import table_ledger
 from tests.router.executor.test_partition import run_batch, source_batch
 from tests.router.operations.test_replay import (  # noqa: F401 (fixture)
-    catalog_props, dlq, letters_of, make_letters, offsets_in, out, rows_of, write_config,
+    catalog_props, dlq, letters_of, make_letters, offsets_in, out, rows_of, upsert_letters, write_config,
 )
 
 #: every step of the replay killed on SQLite, one on PostgreSQL
@@ -218,20 +218,8 @@ def test_the_dry_run_decides_upsert_letters_as_the_replay_does(tmp_path, registr
     ns = unique_name("u")
     props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
     orders, copy = f"{ns}.orders", f"{ns}.copy"
-    v1 = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{orders}-value", data.ORDER_V1))
-    v2 = data.Encoder(data.ORDER_V2, data.register(registry_url, f"{orders}-v2", data.ORDER_V2))
-
-    def rec(offset, key, version):
-        record = data.order(offset, version=version)
-        record["id"] = key
-        return (orders, 0, offset, (v1 if version == 1 else v2)(record), None)
-
-    first = write_config(tmp_path / "first.yaml", ns, registry_url, props, fixed=False, upsert=True)
-    fixed = write_config(tmp_path / "fixed.yaml", ns, registry_url, props, fixed=True, upsert=True)
-    dispatcher = Dispatcher(load_config(first))
-    for batch_id, batch in enumerate(([rec(1, 2, 1)], [rec(3, 1, 2), rec(4, 2, 2), rec(5, 2, 2), rec(7, 1, 1)])):
-        _, report = run_batch(dispatcher, [source_batch(batch)], batch_id)
-        assert not report.failed
+    fixed = upsert_letters(tmp_path, registry_url, ns, props,
+                           [[(1, 2, 1)], [(3, 1, 2), (4, 2, 2), (5, 2, 2), (7, 1, 1)]])
     config = load_config(fixed)
     assert [r[:2] for r in letters_of(config)] == [(orders, 3), (orders, 4), (orders, 5)]
     dry = dlq(fixed, "replay", "--all", "--dry-run", "--format", "json")

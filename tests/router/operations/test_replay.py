@@ -166,8 +166,9 @@ def test_replay_lands_each_letter_once_whatever_step_it_is_killed_at(tmp_path, r
         assert after.get("settled") == progress_before[table].get("settled")
 
 
-def test_upsert_replay_keeps_newer_rows(tmp_path, registry_url, catalog_props, unique_name):
-    ns = unique_name("u")
+def upsert_letters(tmp_path, registry_url, ns: str, props: dict, batches: list[list[tuple]]) -> str:
+    """An upsert table's letters made by the job's path: each batch a list of (offset, key, schema version);
+    version 2 (a new column) is dead-lettered under the first configuration. The fixed configuration."""
     orders = f"{ns}.orders"
     v1 = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{orders}-value", data.ORDER_V1))
     v2 = data.Encoder(data.ORDER_V2, data.register(registry_url, f"{orders}-v2", data.ORDER_V2))
@@ -177,13 +178,21 @@ def test_upsert_replay_keeps_newer_rows(tmp_path, registry_url, catalog_props, u
         record["id"] = key
         return (orders, 0, offset, (v1 if version == 1 else v2)(record), None)
 
-    # key 1: a letter at offset 3, a newer row at offset 7; key 2: a row at offset 1, a letter at offset 4
-    first = write_config(tmp_path / "first.yaml", ns, registry_url, catalog_props, fixed=False, upsert=True)
-    fixed = write_config(tmp_path / "fixed.yaml", ns, registry_url, catalog_props, fixed=True, upsert=True)
+    first = write_config(tmp_path / "first.yaml", ns, registry_url, props, fixed=False, upsert=True)
+    fixed = write_config(tmp_path / "fixed.yaml", ns, registry_url, props, fixed=True, upsert=True)
     dispatcher = Dispatcher(load_config(first))
-    for batch_id, batch in enumerate(([rec(1, 2, 1)], [rec(3, 1, 2), rec(4, 2, 2), rec(7, 1, 1)])):
-        _, report = run_batch(dispatcher, [source_batch(batch)], batch_id)
+    for batch_id, batch in enumerate(batches):
+        _, report = run_batch(dispatcher, [source_batch([rec(*r) for r in batch])], batch_id)
         assert not report.failed
+    return fixed
+
+
+def test_upsert_replay_keeps_newer_rows(tmp_path, registry_url, catalog_props, unique_name):
+    ns = unique_name("u")
+    orders = f"{ns}.orders"
+    # key 1: a letter at offset 3, a newer row at offset 7; key 2: a row at offset 1, a letter at offset 4
+    fixed = upsert_letters(tmp_path, registry_url, ns, catalog_props,
+                           [[(1, 2, 1)], [(3, 1, 2), (4, 2, 2), (7, 1, 1)]])
     config = load_config(fixed)
     copy = f"{ns}.copy"
     assert rows_of(config, copy, ("id", "_kafka_offset")) == [(1, 7), (2, 1)]
