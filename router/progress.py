@@ -76,7 +76,7 @@ def stored_and_latest(table, job: str) -> tuple[dict, dict | None]:
     name = property_name(job)
     metadata = table.metadata
     prop = _parse(metadata.properties.get(name))
-    if prop is not None and "at_snapshot" in prop and prop["at_snapshot"] == metadata.current_snapshot_id:
+    if prop is not None and "at_snapshot" in prop and _latest_word(metadata, prop["at_snapshot"], job):
         return prop, prop  # moved without a snapshot (dead-letter table, batch without letters)
     for snapshot in _ancestors(metadata):
         summary = snapshot.summary
@@ -84,6 +84,20 @@ def stored_and_latest(table, job: str) -> tuple[dict, dict | None]:
         if doc is not None:
             return _behind(doc, prop), prop
     return prop or empty_progress(), prop
+
+
+def _latest_word(metadata, at_snapshot, job: str) -> bool:
+    """The property, moved without a snapshot on `at_snapshot`, still says what the table holds: that
+    snapshot is the current one, or is reached from it over snapshots the job did not commit (a
+    compaction carries an older summary of its parent's ancestors; a replay). Read by commit order,
+    never by batch id (batch ids start again at 0 when the checkpoint is lost)."""
+    for snapshot in _ancestors(metadata):
+        if snapshot.snapshot_id == at_snapshot:
+            return True
+        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if summary.get("icerouter.job") == job:
+            return False
+    return at_snapshot is None and metadata.current_snapshot_id is None
 
 
 def _ancestors(metadata):

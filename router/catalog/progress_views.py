@@ -33,7 +33,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor
 
 from router.catalog.tables import get_catalog, load_table
-from router.progress import ANCESTORS_SEARCHED, property_name, stored_progress
+from router.progress import stored_progress
 
 #: Threads reading metadata files at once (local files parse under the GIL; object stores wait on the network).
 READ_THREADS = 8
@@ -128,32 +128,9 @@ def table_views(config, identifiers: Iterable[str], threads: int = READ_THREADS)
 
 def settled_offsets(table, job: str) -> dict[str, int] | None:
     """The dead-letter table's ``settled`` offsets of `job` (where every record below is in its tables
-    or a dead letter), as the table's latest commit of them left it; None when there are none.
-
-    Read by commit order, never by batch id (batch ids start again at 0 when the checkpoint is
-    lost): a batch without dead letters moves only the property, which names the snapshot it moved
-    on (``at_snapshot``). When that snapshot is the current one, or an ancestor reached from the
-    current one over snapshots the job did not commit (a compaction, which carries an older summary
-    of its parent's ancestors; a replay), the property is the latest word; a snapshot the job
-    committed on the way, or none at all (a rollback to before it), leaves it to the snapshot's
-    summary (`stored_progress`)."""
+    or a dead letter), as the table's latest commit of them left it, read by commit order
+    (router/progress.py `stored_progress`); None when there are none."""
     if table is None:
         return None
-    metadata = table.metadata
-    try:
-        prop = json.loads(metadata.properties.get(property_name(job)) or "null")
-    except ValueError:
-        prop = None
-    if isinstance(prop, dict) and "at_snapshot" in prop and isinstance(prop.get("settled"), dict):
-        by_id = {s.snapshot_id: s for s in metadata.snapshots}
-        snapshot_id = metadata.current_snapshot_id
-        for _ in range(ANCESTORS_SEARCHED):
-            if snapshot_id == prop["at_snapshot"]:
-                return dict(prop["settled"])
-            snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
-            summary = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
-            if snapshot is None or summary.get("icerouter.job") == job:
-                break
-            snapshot_id = snapshot.parent_snapshot_id
     settled = stored_progress(table, job).get("settled")
     return dict(settled) if isinstance(settled, dict) else None

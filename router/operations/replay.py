@@ -37,8 +37,8 @@ newer row wins and the letter counts as superseded (recorded in the table's ledg
 commit, so the counts are the same whatever step a run was killed at). The dry run reduces the
 letters per key as the upsert writer does and asks the same supersession check, writing nothing.
 This needs the rows' Kafka metadata columns (`tables.metadata_columns`, the default); without them
-an upsert replay is refused. A key a
-newer change deleted has no row left to compare with: its older image comes back.
+an upsert replay is refused. A key a newer change deleted has no row left to compare with: its
+older image comes back.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ from router.faults import crash_point
 from router.operations.letters import Selection
 from router.ledger import Ledger, add_offsets, table_ledger
 from router.operations.replay_commits import (
-    ReplayRefused, commit_letters, commit_target, identity, letters_at, superseded_images, taken_offsets,
+    COORDINATES, ReplayRefused, commit_letters, commit_target, identity, letters_at, superseded_images,
+    taken_offsets,
 )
 from router.source.offsets import tp_key
 
@@ -209,10 +210,8 @@ class ReplayWriter(PartitionWriter):
         keys = pa.concat_tables([final.image.select(list(key)) for final in resolved.inserts],
                                 promote_options="permissive")
         coordinates = source.select(["topic", "partition", "offset", "timestamp"]).take(rows)
-        images = keys.append_column("_kafka_topic", coordinates.column("topic")).append_column(
-            "_kafka_partition", coordinates.column("partition")).append_column(
-            "_kafka_offset", coordinates.column("offset")).append_column("_kafka_timestamp", coordinates.column(
-                "timestamp"))
+        images = pa.Table.from_arrays([*keys.columns, *coordinates.columns],
+                                      names=[*keys.column_names, *COORDINATES])  # as the replay's files hold them
         _, lost = superseded_images(table, table_id, resolved.touched, key, images)
         self.would_write[table_id] += images.num_rows - sum(len(v) for v in lost.values())
         self.superseded_dry[table_id] = lost
