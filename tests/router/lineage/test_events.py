@@ -3,10 +3,12 @@ the background sender (bounded, never raising), and secrets left out."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 
+import jsonschema
 import pytest
 from openlineage.client.serde import Serde
 from pyiceberg.schema import Schema
@@ -77,6 +79,20 @@ def test_events_validate_against_the_spec_and_hold_no_secret():
     assert facets["columnLineage"]["fields"]["_kafka_offset"]["inputFields"][0]["field"] == "offset"
     assert facets["icerouter_schemaChange"]["changes"] == ["added column name"]
     assert event["run"]["facets"]["errorMessage"]["message"] == "boom"
+    # and the validation refuses what the specification does not allow
+    for path, value in ((("eventTime",), "yesterday"), (("run", "runId"), "run-1"), (("eventType",), "DONE"),
+                        (("outputs", 0, "facets", "schema", "_producer"), None),
+                        (("outputs", 0, "facets", "columnLineage", "fields", "name", "inputFields", 0, "field"), None),
+                        (("outputs", 0, "facets", "icerouter_schemaChange", "changes"), "added column name")):
+        broken = json.loads(json.dumps(event))
+        *parents, last = path
+        holder = functools.reduce(lambda node, step: node[step], parents, broken)
+        if value is None:
+            del holder[last]
+        else:
+            holder[last] = value
+        with pytest.raises(jsonschema.ValidationError):
+            validate_event(broken)
 
 
 class Recorder:
