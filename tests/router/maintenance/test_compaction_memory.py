@@ -115,7 +115,8 @@ def test_a_big_file_is_streamed_a_batch_at_a_time_not_read_whole(tmp_path):
     assert streamed["peak"] < whole["peak"] / 4, (streamed, whole)
     table = catalog.load_table("mem.big")
     assert len(list(table.scan().plan_files())) == 1
-    assert table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist() == list(range(2 * per_file))
+    # every row once; the two inputs (of one size) are rewritten in either order
+    assert sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) == list(range(2 * per_file))
     duck = read_iceberg_rows(table, order_by="id")
     assert len(duck) == 2 * per_file and duck[-1]["blob"] == pool[(2 * per_file - 1) % 64]
 
