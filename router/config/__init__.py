@@ -5,11 +5,11 @@ from router.config.load import (
     load_config, parse_config,
 )
 from router.config.model import (
-    CatalogConfig, DlqConfig, JobConfig, KafkaConfig, LineageConfig, MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig,
+    CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig, LineageConfig, MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig,
     TablesConfig,
 )
 from router.config.reader import interpolate
 
-__all__ = ["CatalogConfig", "DlqConfig", "JobConfig", "KafkaConfig", "LineageConfig", "MaintenanceConfig", "MetricsConfig", "RouteConfig",
+__all__ = ["CatalogConfig", "CommitAfter", "DlqConfig", "JobConfig", "KafkaConfig", "LineageConfig", "MaintenanceConfig", "MetricsConfig", "RouteConfig",
            "RouterConfig", "TablesConfig", "load_config", "parse_config", "interpolate", "PARTITION_PATTERN",
            "PARTITION_TRANSFORMS", "ROOT_KEYS", "STARTING_OFFSETS", "TOMBSTONE_MODES", "UNMATCHED_MODES"]

@@ -20,7 +20,7 @@ from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.config.model import (
-    TRANSIENT_FILE_CODECS, CatalogConfig, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig,
+    EVERY_BATCH, TRANSIENT_FILE_CODECS, CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig,
     RouteConfig, RouterConfig, TablesConfig,
 )
 from router.config.formats import parse_format
@@ -205,7 +205,7 @@ def _metrics(data: Any) -> MetricsConfig:
 
 
 TABLES_KEYS = ("auto_create", "default_namespace", "allowed_namespaces", "partition_by", "properties",
-               "case_sensitive", "metadata_columns", "mode")
+               "case_sensitive", "metadata_columns", "mode", "commit_after")
 
 
 def _tables(data: Any) -> TablesConfig:
@@ -215,7 +215,20 @@ def _tables(data: Any) -> TablesConfig:
                         _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)),
-                        s.choice("mode", "append", TABLE_MODES))
+                        s.choice("mode", "append", TABLE_MODES),
+                        _commit_after(s.get("commit_after"), "tables.commit_after") or EVERY_BATCH)
+
+
+def _commit_after(spec: Any, where: str) -> CommitAfter | None:
+    """`commit_after: 60` (seconds), or a mapping of `seconds` and / or `records`; None: not given."""
+    if spec is None:
+        return None
+    if isinstance(spec, bool):
+        raise ConfigError(f"{where}: expected seconds or a mapping of seconds / records, got {spec!r}")
+    if isinstance(spec, (int, float)):
+        spec = {"seconds": spec}
+    s = Section(spec, where, ("seconds", "records"))
+    return CommitAfter(s.positive("seconds", None, float), s.positive("records", None, int))
 
 
 def _partition_by(items: list, where: str) -> tuple[str, ...]:
@@ -235,7 +248,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
     for i, item in enumerate(items):
         where = f"routes[{i}]"
         s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
-                                  "partition_by", "mode", "key", "cdc", "sequence_by", "format"))
+                                  "partition_by", "mode", "key", "cdc", "sequence_by", "format", "commit_after"))
         table = s.get("table", None, str)
         if not table:
             raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
@@ -260,7 +273,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
-            write=write, format=fmt))
+            write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after")))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

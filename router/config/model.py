@@ -127,6 +127,29 @@ class JobConfig:
 
 
 @dataclass(frozen=True)
+class CommitAfter:
+    """When a table commits: once its oldest uncommitted record is `seconds` old or it has `records`
+    waiting, whichever comes first (router/source/cadence.py); neither set: every batch."""
+
+    seconds: float | None = None
+    records: int | None = None
+
+    @property
+    def every_batch(self) -> bool:
+        return self.seconds is None and self.records is None
+
+    def __str__(self) -> str:
+        if self.every_batch:
+            return "every batch"
+        parts = ([f"{self.seconds:g} s"] if self.seconds is not None else []) + \
+            ([f"{self.records} records"] if self.records is not None else [])
+        return " or ".join(parts)
+
+
+EVERY_BATCH = CommitAfter()
+
+
+@dataclass(frozen=True)
 class TablesConfig:
     auto_create: bool = True
     default_namespace: str = "raw"
@@ -136,6 +159,7 @@ class TablesConfig:
     case_sensitive: bool = True
     metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
     mode: str = "append"  # what a route does when it does not say: append | upsert
+    commit_after: CommitAfter = EVERY_BATCH  # routes that do not say commit at this cadence
 
 
 @dataclass(frozen=True)
@@ -215,6 +239,7 @@ class RouteConfig:
     partition_by: tuple[str, ...] | None = None
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
     format: ValueFormat = REGISTRY_FORMAT  # how values are read: registry framing, raw, json, connect_json
+    commit_after: CommitAfter | None = None  # None: `tables.commit_after`
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from router.executor.fused_reader import write_handoff
 from router.executor.tasks import process_partition
 from router.routing import RoutingTable
 from router.routing.routes import require_no_fan_in_conflict
+from router.source.cadence import read_waiting
 
 log = logging.getLogger("icerouter.job")
 
@@ -83,11 +84,13 @@ class Dispatcher:
         self.last_outcomes: list = []  # every table commit of the last batch (router.catalog.commit.CommitOutcome)
         self.fused = fused_options
         self.handoff_file = handoff_file
+        self.waiting_file: str | None = None  # what the planner holds back (router/source/cadence.py)
         self.spark = spark
         self.last_dead_letters: dict[str, int] = {}  # error class -> rows the last batch dead-lettered
         self.backfills: dict = {}  # table -> what its backfill of this start reads (start_query sets it)
         # Prometheus metrics (router/driver/metrics.py) when job.metrics.port is set; run() serves them
-        self.metrics = JobMetrics(config.job.name, lag=lambda: partition_lag(self.spark, config.job.name)) \
+        self.metrics = JobMetrics(config.job.name, lag=lambda: partition_lag(self.spark, config.job.name),
+                                  waiting=lambda: read_waiting(self.waiting_file)) \
             if config.job.metrics.port is not None else None
         # the settled offsets in a Kafka consumer group, for Kafka's lag tools (router/driver/consumer_group.py)
         self.group = GroupCommitter(config, on_outcome=self.metrics.observe_group_commit if self.metrics else None) \
@@ -257,4 +260,4 @@ class Dispatcher:
             listener(stats)
         if self.config.job.status_file:
             write_status(self.config.job.status_file, self.config.job.name, self.totals, stats, self.table_rows,
-                         list(self.quarantined))
+                         list(self.quarantined), read_waiting(self.waiting_file))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from router.driver.status import BatchStats
 from router.exceptions import ConfigError
 from router.executor.fused_reader import write_handoff
 from router.routing import RoutingTable
+from router.routing.routes import commit_cadence
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import ResumePlan
@@ -48,21 +50,37 @@ def check_driver_python(spark) -> None:
                           "<archive> -C environment)")
 
 
-def handoff_path(job: str, checkpoint: str = "") -> str:
+def handoff_path(job: str, checkpoint: str = "", kind: str = "handoff") -> str:
     """Where the driver hands its quarantine set and the next batch id to the source's planner,
     a process on the same host.
 
-    The set lives as long as the driver process (a restart clears it, and `run` removes the file
+    `kind` "waiting": the file the planner writes back, what the tables with a commit cadence hold
+    (router/source/cadence.py). The set lives as long as the driver process (a restart clears it, and `run` removes the file
     at exit): beside the job's local checkpoint (`<checkpoint>/icerouter/`, a folder Spark does not
     read), else, for a checkpoint behind a URI, in the temp dir.
     """
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
-    name = f"icerouter-{safe}-{os.getpid()}.handoff.json"
+    name = f"icerouter-{safe}-{os.getpid()}.{kind}.json"
     if checkpoint and ("://" not in checkpoint or checkpoint.startswith("file:")):
         folder = os.path.join(checkpoint.removeprefix("file://").removeprefix("file:"), "icerouter")
         os.makedirs(folder, exist_ok=True)
         return os.path.join(folder, name)
     return os.path.join(tempfile.gettempdir(), name)
+
+
+def with_cadence(options: KafkaSourceOptions, config: RouterConfig, python_source: bool = True):
+    """The source options with the routes' commit cadence (router/source/cadence.py) when a route
+    waits; the file the planner says what waits in lives beside the hand-off file."""
+    routes = commit_cadence(config)
+    if all(seconds is None and records is None for *_, seconds, records in routes):
+        return options
+    if not python_source:
+        log.warning("commit_after is not applied: the JVM Kafka source reads every partition every batch "
+                    "(every table commits every batch)")
+        return options
+    return dataclasses.replace(options, cadence={
+        "routes": routes, "trigger_seconds": config.job.trigger_seconds,
+        "waiting_file": handoff_path(config.job.name, config.job.checkpoint, "waiting")})
 
 
 def prepare_catalog(config: RouterConfig) -> None:
@@ -121,7 +139,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     python_source = not jvm_kafka_available(spark)
     if python_source:
         check_driver_python(spark)
-    options = source_options(config)
+    options = with_cadence(source_options(config), config, python_source)
     fused = config.job.fused_read and python_source
     if fused:  # the fused source's tasks are Python data source reads: their workers can be warmed
         warm_python_workers(spark)
@@ -133,6 +151,7 @@ def start_query(spark, config: RouterConfig, available_now: bool = False,
     dispatcher = make_dispatcher(config, fused_options=options.to_json() if fused else None,
                                  handoff_file=handoff_file, spark=spark, listeners=listeners)
     dispatcher.backfills = plan.backfills  # the run's last lines say how far each got
+    dispatcher.waiting_file = (options.cadence or {}).get("waiting_file")
     if getattr(dispatcher, "metrics", None) is not None:
         dispatcher.metrics.serve(config.job.metrics.port, config.job.metrics.host)
     if fused:
@@ -246,8 +265,10 @@ def run(config: RouterConfig, available_now: bool = False, spark: Future | None 
         if group is not None:  # the last batches' offsets reach the consumer group too
             group.close()
         handoff = getattr(dispatcher, "handoff_file", None)
-        if handoff:  # the driver's own hand-off file: nothing else reads it once the query stopped
-            with contextlib.suppress(OSError):
-                os.remove(handoff)
+        waiting = getattr(dispatcher, "waiting_file", None)
+        for path in (handoff, waiting):  # the driver's own files: nothing reads them once the query stopped
+            if path:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
         if lease is not None:
             lease.release()

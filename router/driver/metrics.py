@@ -98,6 +98,25 @@ class _PartitionLag:
                            "below) and the latest offset", rows)
 
 
+class _Waiting:
+    """``icerouter_table_pending_records`` and ``icerouter_table_oldest_pending_seconds``: what a table
+    with a commit cadence (router/source/cadence.py) holds back, as the source's planner last saw it;
+    the age is an upper bound (from when its partitions were last read up), computed at scrape time."""
+
+    def __init__(self, source: Callable[[], Mapping[str, dict]]) -> None:
+        self.source = source
+
+    def text(self) -> str:
+        now, waiting = time.time(), sorted(self.source().items())
+        pending = [(f'table="{_label(table)}"', w.get("records", 0)) for table, w in waiting]
+        oldest = [(f'table="{_label(table)}"', max(0.0, now - w["since"])) for table, w in waiting
+                  if isinstance(w.get("since"), (int, float))]
+        return (_gauge_text("icerouter_table_pending_records", "Records a table with a commit cadence "
+                            "(commit_after) holds back in Kafka until it is due", pending)
+                + _gauge_text("icerouter_table_oldest_pending_seconds", "Upper bound on the age of the oldest "
+                              "record a table with a commit cadence holds back", oldest))
+
+
 class _LeaseHeld:
     """``icerouter_lease_held``: 1 while the job holds its lease, 0 once another process took it."""
 
@@ -113,7 +132,8 @@ class JobMetrics:
     """The job's metrics; `observe_batch` is called by the dispatcher after each batch."""
 
     def __init__(self, job: str, registry: CollectorRegistry | None = None,
-                 lag: Callable[[], Mapping[str, int] | None] | None = None) -> None:
+                 lag: Callable[[], Mapping[str, int] | None] | None = None,
+                 waiting: Callable[[], Mapping[str, dict]] | None = None) -> None:
         prometheus_client.disable_created_metrics()
         self.job = job
         self.registry = registry or CollectorRegistry()
@@ -165,6 +185,8 @@ class JobMetrics:
         self.build.labels(**info).set(1)
         if lag is not None:
             self.live.append(_PartitionLag(lag))
+        if waiting is not None:
+            self.live.append(_Waiting(waiting))
 
     def watch_lease(self, lease) -> None:
         """Export whether the job still holds `lease` (router/catalog/lease.py), read at each scrape."""

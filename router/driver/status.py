@@ -73,8 +73,10 @@ def progress_lag(latest: dict, end: dict) -> dict[str, int]:
 
 
 def write_status(path: str, job: str, totals: dict, stats: BatchStats, table_rows: dict,
-                 quarantined: list | tuple = ()) -> None:
-    """A small JSON status file for dashboards, the demo and `icerouter status` (atomic replace)."""
+                 quarantined: list | tuple = (), waiting: dict | None = None) -> None:
+    """A small JSON status file for dashboards, the demo and `icerouter status` (atomic replace).
+    `waiting`: what tables with a commit cadence hold back (router/source/cadence.py read_waiting)."""
     body = {"job": job, "updated": time.time(), "totals": totals,
-            "last_batch": dataclasses.asdict(stats), "tables": table_rows, "quarantined": sorted(quarantined)}
+            "last_batch": dataclasses.asdict(stats), "tables": table_rows, "quarantined": sorted(quarantined),
+            "waiting": waiting or {}}
     write_json_atomic(path, body, indent=1, default=str)

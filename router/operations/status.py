@@ -54,6 +54,9 @@ class TableState:
     lag: dict = field(default_factory=dict)  # "topic/partition" -> broker end offset minus the table's position
     backfill: dict = field(default_factory=dict)  # "topic/partition" -> records its open backfill has to read
     replayed: dict = field(default_factory=dict)  # "topic/partition" -> [[lo, hi], ...] `dlq replay` wrote
+    # a table with a commit cadence (commit_after): records its unread partitions hold and the upper
+    # bound on the age of the oldest, as the running job's planner last saw them (None: not waiting)
+    waiting: dict | None = None
 
 
 @dataclass
@@ -162,22 +165,42 @@ def table_state(name: str, view, job: str, ends: dict[str, int], settled: dict[s
         replayed=ledger.replayed)
 
 
+def _driver_files(config: RouterConfig, kind: str) -> list[dict]:
+    """The running driver's files of `kind` beside a local checkpoint (router/driver/job.py
+    handoff_path), of live processes only."""
+    checkpoint = config.job.checkpoint
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return []
+    root = checkpoint.removeprefix("file://").removeprefix("file:")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", config.job.name)
+    out = []
+    for path in glob.glob(os.path.join(root, "icerouter", f"icerouter-{safe}-*.{kind}.json")):
+        pid = path.rsplit("-", 1)[1].split(".", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            out.append(_json(path))
+    return out
+
+
 def quarantined_tables(config: RouterConfig, running: bool = True) -> list[str]:
     """Tables the running driver quarantined: its hand-off file beside a local checkpoint (a live
     process's), and the status file (`job.status_file`) unless the job is known stopped (`running`
     False: no live lease), since a restart clears the quarantine."""
     found: set[str] = set()
-    checkpoint = config.job.checkpoint
-    if "://" not in checkpoint or checkpoint.startswith("file:"):
-        root = checkpoint.removeprefix("file://").removeprefix("file:")
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", config.job.name)
-        for path in glob.glob(os.path.join(root, "icerouter", f"icerouter-{safe}-*.handoff.json")):
-            pid = path.rsplit("-", 1)[1].split(".", 1)[0]
-            if pid.isdigit() and _alive(int(pid)):
-                found |= set(_json(path).get("quarantined", ()))
+    for doc in _driver_files(config, "handoff"):
+        found |= set(doc.get("quarantined", ()))
     if config.job.status_file and running:
         found |= set(_json(config.job.status_file).get("quarantined", ()))
     return sorted(found)
+
+
+def waiting_tables(config: RouterConfig) -> dict[str, dict]:
+    """What the running job's tables with a commit cadence hold back (router/source/cadence.py), as
+    its source's planner last wrote it: {table: {"records", "since", "due"}}."""
+    found: dict[str, dict] = {}
+    for doc in _driver_files(config, "waiting"):
+        tables = doc.get("tables")
+        found.update(tables if isinstance(tables, dict) else {})
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -264,6 +287,15 @@ def job_state(config: RouterConfig, now: float | None = None) -> JobState:
         state.partitions[key] = {"end": end, "next": nxt, "settled": read, "lag": lag}
     running = not config.job.lease_seconds or (state.lease is not None and not state.lease["expired"])
     state.quarantined = quarantined_tables(config, running)
+    if running:
+        waiting = waiting_tables(config)
+        for table in state.tables:
+            w = waiting.get(table.table)
+            if w:
+                since = w.get("since")
+                table.waiting = {"records": w.get("records", 0), "due": bool(w.get("due")),
+                                 "oldest_seconds": round(max(0.0, now - since), 1)
+                                 if isinstance(since, (int, float)) else None}
     state.dead_letters = summarize(letters) if letters is not None else {}
     return state
 
@@ -318,6 +350,11 @@ def format_text(state: JobState, problems: list[str]) -> str:
         extra = (f" ({backfill:,} of them a backfill has to read)" if backfill else "") + (
             f", {sum(hi - lo + 1 for runs in t.replayed.values() for lo, hi in runs):,} offsets replayed"
             if t.replayed else "")
+        if t.waiting:
+            age = t.waiting["oldest_seconds"]
+            extra += (f", {t.waiting['records']:,} records waiting for its commit_after"
+                      + ("" if age is None else f" (oldest at most {age:.0f} s old)")
+                      + (", due" if t.waiting["due"] else ""))
         lines.append(f"  {t.table}: {'-' if t.rows is None else t.rows} rows, {t.data_files} data files, "
                      f"{t.delete_files} delete files, last commit {_when(t.last_commit, now)}, batch {t.batch_id}, "
                      f"lag {lag:,}{extra}")

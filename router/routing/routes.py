@@ -23,6 +23,7 @@ from registry.formats import REGISTRY_FORMAT, ValueFormat
 from router.config import DlqConfig, RouteConfig, RouterConfig, TablesConfig
 from router.decisions import resolve_policy
 from router.exceptions import ConfigError, RouteError, TableNameError
+from router.table_names import normalise_identifier_part  # noqa: F401 - re-exported
 from router.table_writes import APPEND, TableWrite
 
 TEMPLATE_PATTERN = re.compile(r"\{(topic|header\.[^{}]+|field\.[^{}]+)\}")
@@ -59,12 +60,6 @@ def fan_in_conflict(table: str, feeds: Sequence[Feed]) -> str | None:
     names = ", ".join(dict.fromkeys(f"{f.route} ({f.topic})" if f.topic else f.route for f in feeds))
     return (f"routes {names} feed table {table} with different {', '.join(differ)}: give them the same "
             "settings or send them to different tables")
-
-
-def normalise_identifier_part(value: str) -> str:
-    """Make a topic name usable as an Iceberg identifier part (``Orders.V1-x`` -> ``orders_v1_x``)."""
-    cleaned = re.sub(r"[^a-z0-9_]", "_", value.lower())
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"t_{cleaned}"
 
 
 @dataclass(frozen=True)
@@ -245,3 +240,18 @@ def require_no_fan_in_conflict(config: RouterConfig) -> None:
     if conflicts:
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
         raise ConfigError(conflicts[0] + more)
+
+
+def commit_cadence(config: RouterConfig) -> list[list]:
+    """Each route as the source's planner sees it (router/source/cadence.py): [topic regex, table,
+    seconds, records]; the table is the route's template with {topic} at most, `route:<name>` when
+    data names it, and the cadence the route's `commit_after`, else `tables.commit_after`."""
+    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    out = []
+    for compiled, route in zip(routing.routes, config.routes):
+        cadence = route.commit_after or config.tables.commit_after
+        template = compiled.table_template
+        table = f"route:{route.name}" if compiled.named_by_data \
+            else template if "." in template else f"{routing.default_namespace}.{template}"
+        out.append([route.topic, table, cadence.seconds, cadence.records])
+    return out

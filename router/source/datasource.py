@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -26,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from router.source.cadence import Cadence
 from router.source.exceptions import OffsetsError, SourceOptionsError
 from router.source.offsets import (
     EARLIEST, LATEST, Offsets, Range, ResumePlan, normalize, pack_ranges, plan_ranges, resume_start, tp_key,
@@ -75,11 +77,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._resume = ResumePlan.from_json(resume_json)
         self._planned = 0
         self._turn: str | None = None  # catch-up in turns: the last partition whose turn is done
+        self._cadence = Cadence.from_json(self.options.cadence)  # None: every table commits every batch
 
     def __getstate__(self):
         return {"options_json": self.options_json, "options": self.options,
                 "_metadata": None, "_target": self._target, "_latest": None,
-                "_resume": ResumePlan(), "_planned": 0, "_turn": None}
+                "_resume": ResumePlan(), "_planned": 0, "_turn": None,
+                "_cadence": Cadence.from_json(self.options.cadence)}
 
     @property
     def metadata(self) -> BrokerMetadata:
@@ -138,16 +142,37 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start = normalize(start)
+        now = time.time()  # before the broker answers: what arrives after is younger
         if self._target is not None:
             latest = self._target  # Trigger.AvailableNow: never beyond what existed at the start
         else:
             latest = self.metadata.latest()
             self._latest = latest
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end, turn = next_end(start, latest, max_rows, self.options.catch_up, self._turn, self._opened(start))
+        opened = self._opened(start)
+        wanted = self._due(start, latest, opened, now)
+        end, turn = next_end(start, wanted, max_rows, self.options.catch_up, self._turn, opened)
         if max_rows:
             self._turn = turn
+        if self._cadence is not None:
+            self._cadence.planned(split_rewinds(end)[0], latest, now)
         return end
+
+    def _due(self, start: dict, latest: dict, opened: dict, now: float) -> dict:
+        """The latest offsets, with the partitions whose tables all wait held at their position
+        (router/source/cadence.py); Trigger.AvailableNow reads everything."""
+        if self._cadence is None or self._target is not None:
+            return latest
+        positions, rewinds = split_rewinds(start)
+        waiting = self._cadence.waiting(positions, latest, set(rewinds) | set(opened))
+        held = self._cadence.held(waiting, now)
+        path = self.options.cadence.get("waiting_file")
+        if path:
+            from router.jsonfile import write_json_atomic  # deferred: only a job with a cadence writes it
+
+            write_json_atomic(path, {"at": now, "tables": {t: w.as_json(held.isdisjoint(keys))
+                                                           for t, (w, keys) in sorted(waiting.items())}})
+        return {key: positions[key] if key in held else offset for key, offset in latest.items()}
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest

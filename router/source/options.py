@@ -62,6 +62,9 @@ class KafkaSourceOptions:
     include_headers: bool = True
     null_empty_headers: bool = True
     sealed: str | None = None  # the client config is in this sealed file (router/source/sealed.py)
+    # per-table commit cadence (router/source/cadence.py): {"routes": [[topic, table, seconds, records]],
+    # "trigger_seconds": s, "waiting_file": where the planner says what waits}; None: every batch
+    cadence: Mapping | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(self.topics))
@@ -123,6 +126,7 @@ class KafkaSourceOptions:
             "include_headers": self.include_headers,
             "null_empty_headers": self.null_empty_headers,
             "sealed": self.sealed,
+            "cadence": self.cadence,
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 

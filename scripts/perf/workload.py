@@ -137,10 +137,11 @@ def produce_bulk(conf: dict, ids: dict[str, int], partitions: int, records: int,
 
 
 def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float, seconds: float,
-                   pool: list[bytes], out_file: str | None, stop=None) -> None:
+                   pool: list[bytes], out_file: str | None, stop=None, hot: int = 0, hot_share: float = 0.9) -> None:
     """Produce `rate` records/s for `seconds` (or until the `stop` event is set), writing (topic, partition,
     offset, timestamp_ms) of every acknowledged record to `out_file` (npz; None: keep no acks, for long
-    runs). Runs in its own process so the job's driver is not slowed."""
+    runs). Runs in its own process so the job's driver is not slowed. `hot`: the first `hot` topics
+    carry `hot_share` of the records, the others the rest (an estate's skew); 0: every topic alike."""
     import numpy as np
 
     producer = _producer({**conf, "linger.ms": "5"})
@@ -155,6 +156,17 @@ def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float
             acks.append((index[msg.topic()], msg.partition(), msg.offset(), msg.timestamp()[1]))
 
     callback = on_delivery if out_file else None
+    hot_tps, cold_tps = hot * partitions, n_tp - hot * partitions
+
+    def pick(i: int) -> int:
+        """The topic-partition (index) of record `i`: round robin, within the hot and cold sets when skewed."""
+        if not hot or not cold_tps:
+            return i % n_tp
+        hot_before = int(i * hot_share)
+        if int((i + 1) * hot_share) > hot_before:
+            return hot_before % hot_tps
+        return hot_tps + (i - hot_before) % cold_tps
+
     started = time.time()
     sent = 0
     tick = 0.02
@@ -164,7 +176,7 @@ def produce_steady(conf: dict, ids: dict[str, int], partitions: int, rate: float
             break
         due = int(elapsed * rate)
         while sent < due:
-            tp = sent % n_tp
+            tp = pick(sent)
             t = tp // partitions
             try:
                 producer.produce(topics[t], value=prefixes[t] + pool[sent % n_pool], key=b"%d" % sent,

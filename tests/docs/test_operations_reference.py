@@ -27,7 +27,8 @@ def served_metrics() -> set[str]:
     """Every family the endpoint serves, after a batch touched everything (counters by their sample name)."""
     from types import SimpleNamespace
 
-    metrics = JobMetrics("j", lag=lambda: {"orders/0": 1})
+    metrics = JobMetrics("j", lag=lambda: {"orders/0": 1},
+                         waiting=lambda: {"ns.cold": {"records": 5, "since": 1.0, "due": False}})
     outcome = SimpleNamespace(status="committed", table="ns.t", attempts=2, where="task", seconds=0.1, rows=1,
                               files=1, delete_files=1, deleted_rows=1, bytes=1, expired_files=1, committed_at=None,
                               oldest_record=1.0)

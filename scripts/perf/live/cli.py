@@ -10,7 +10,9 @@ throughput (default): N topics (200) x 3 partitions, M Avro records (2,000,000, 
 scale: 500 topics -> 500 tables (no fan-in), same figures (throughput.py).
 freshness: a producer at a steady rate (5,000 records/s over 200 topics) for --duration
     seconds (300) against the job with a 10 s trigger; reports commit time - record
-    timestamp percentiles and per-table commit latency over time (freshness.py).
+    timestamp percentiles and per-table commit latency over time (freshness.py). --hot-topics 20
+    makes it an estate: 20 topics carry 90% of the records, the others' tables commit every
+    --cold-commit-after seconds; latencies per class, commit work per batch.
 soak: the live job, --soak-tables topics (20) at --rate 2,000 records/s, 1 s trigger, until
     --batches (500): commit latency of the last 10 batches vs the first 10 (soak.py).
 commit-scaling: N topics (200) -> N tables in local[1] / local[2] / a 2 x 1-core standalone
@@ -82,6 +84,11 @@ def parse_args(argv):
     ap.add_argument("--rate", type=float, help="records/s: freshness (default 5000), soak (default 2000)")
     ap.add_argument("--duration", type=float, default=300.0, help="freshness: producer seconds")
     ap.add_argument("--trigger", type=float, help="trigger seconds: freshness (default 10), soak (default 1)")
+    ap.add_argument("--hot-topics", type=int, default=0,
+                    help="freshness: the first N topics carry --hot-share of the records and commit every batch")
+    ap.add_argument("--hot-share", type=float, default=0.9, help="freshness: the hot topics' share of the records")
+    ap.add_argument("--cold-commit-after", type=float,
+                    help="freshness with --hot-topics: commit_after seconds of the other topics' tables")
     ap.add_argument("--batches", type=int, default=500, help="soak: batches to run")
     ap.add_argument("--soak-tables", type=int, default=20, help="soak: topics, one table each")
     ap.add_argument("--broker-retention", type=float, default=30.0,

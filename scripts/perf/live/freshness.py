@@ -35,13 +35,11 @@ def _ack_index(acks: np.ndarray, topics: list[str]) -> dict:
     return out
 
 
-def latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables: set) -> dict[int, np.ndarray]:
-    """Per batch id: commit wall time - record timestamp of every produced record it committed."""
+def _record_latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables: set):
+    """(batch id, table, commit wall time - record timestamp of every produced record it committed)."""
     index = _ack_index(acks, topics)
     walls = {(c.batch_id, c.table): c.wall for c in commits if c.status == "committed"}
-    out = {}
     for b in batches:
-        parts = []
         for table, covered in b.offsets.items():
             wall = walls.get((b.batch_id, table))
             if table in skip_tables or wall is None:
@@ -53,9 +51,47 @@ def latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables
                     continue
                 offs, ts = entry
                 i0, i1 = np.searchsorted(offs, lo, "left"), np.searchsorted(offs, hi, "right")
-                parts.append(wall - ts[i0:i1])
-        out[b.batch_id] = np.concatenate(parts) if parts else np.array([])
+                yield b.batch_id, table, wall - ts[i0:i1]
+
+
+def latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables: set) -> dict[int, np.ndarray]:
+    """Per batch id: commit wall time - record timestamp of every produced record it committed."""
+    parts: dict[int, list] = {b.batch_id: [] for b in batches}
+    for batch_id, _, values in _record_latencies(batches, commits, acks, topics, skip_tables):
+        parts[batch_id].append(values)
+    return {k: np.concatenate(v) if v else np.array([]) for k, v in parts.items()}
+
+
+def class_latencies(batches, commits, acks: np.ndarray, topics: list[str], skip_tables: set,
+                    classify) -> dict[str, dict]:
+    """Percentiles of the records' latencies per class of table (`classify(table)` -> name)."""
+    parts: dict[str, list] = {}
+    for _, table, values in _record_latencies(batches, commits, acks, topics, skip_tables):
+        parts.setdefault(classify(table), []).append(values)
+    out = {}
+    for name, chunks in sorted(parts.items()):
+        values = np.concatenate(chunks)
+        out[name] = {"records": int(values.size), "p50": round(float(np.percentile(values, 50)), 3),
+                     "p95": round(float(np.percentile(values, 95)), 3), "max": round(float(values.max()), 3)}
     return out
+
+
+def commit_work(batches, commits, dlq_table: str) -> dict:
+    """Per batch after the first (which created the tables): table commits, and the commits' wall and CPU
+    seconds summed (the work a batch spends committing, wherever it ran)."""
+    per = {}
+    for c in commits:
+        if c.status == "committed" and c.table != dlq_table:
+            row = per.setdefault(c.batch_id, [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += c.seconds
+            row[2] += c.process_cpu_seconds
+    rows = [per.get(b.batch_id, [0, 0.0, 0.0]) for b in batches[1:]]
+    if not rows:
+        return {}
+    return {"batches": len(rows), "tables_per_batch": round(statistics.mean(r[0] for r in rows), 2),
+            "commit_seconds_per_batch": round(statistics.mean(r[1] for r in rows), 3),
+            "commit_cpu_seconds_per_batch": round(statistics.mean(r[2] for r in rows), 3)}
 
 
 def commit_drift(rows: list[dict]) -> dict | None:
@@ -258,7 +294,7 @@ def run_freshness(args, stack, root: Path) -> dict:
     acks_file = str(root / "acks.npz")
     producer = multiprocessing.get_context("spawn").Process(
         target=data.produce_steady, args=(stack.conf, ids, args.partitions, args.rate, args.duration, pool,
-                                          acks_file))
+                                          acks_file), kwargs={"hot": args.hot_topics, "hot_share": args.hot_share})
     t_produce = time.time()
     retention = None
     if args.broker_retention:
@@ -308,6 +344,14 @@ def run_freshness(args, stack, root: Path) -> dict:
                            "p50": round(float(np.percentile(everything, 50)), 3) if everything.size else None,
                            "p95": round(float(np.percentile(everything, 95)), 3) if everything.size else None,
                            "max": round(float(everything.max()), 3) if everything.size else None}
+    if args.hot_topics:  # an estate: each class of table, and the commit work per batch
+        hot = {f"{NAMESPACE}.orders_{i:03d}" for i in range(args.hot_topics)}
+        result["estate"] = {"hot_topics": args.hot_topics, "hot_share": args.hot_share,
+                            "cold_commit_after": args.cold_commit_after,
+                            "latency_s": class_latencies(dispatcher.batches, dispatcher.commits, acks, topics,
+                                                         {FAN_IN_TABLE, config.dlq.table},
+                                                         lambda t: "hot" if t in hot else "cold"),
+                            "commit_work": commit_work(dispatcher.batches, dispatcher.commits, config.dlq.table)}
     timeline = []
     for b in dispatcher.batches:
         done = [c for c in dispatcher.commits if c.batch_id == b.batch_id and c.status == "committed"]

@@ -107,3 +107,24 @@ def test_partition_lag_counts_an_open_backfill_and_nothing_past_markers():
     latest = {"t/0": 11, "t/1": 30, "#rewind:t/1": 30}
     assert progress_lag(latest, {"t/0": 11, "t/1": 30, "#rewind:t/1": 12}) == {"t/0": 0, "t/1": 18}
     assert progress_lag(latest, {"t/0": 9, "t/1": 30}) == {"t/0": 2, "t/1": 0}
+
+
+def test_waiting_tables_are_read_at_every_scrape(tmp_path):
+    """What the source's planner last wrote for tables with a commit cadence (router/source/cadence.py)."""
+    import json
+
+    from router.source.cadence import read_waiting
+
+    path = tmp_path / "waiting.json"
+    metrics = JobMetrics("j", waiting=lambda: read_waiting(str(path)))
+    assert "icerouter_table_pending_records{" not in metrics.exposition().decode()  # no file yet: no series
+    path.write_text(json.dumps({"at": 0, "tables": {
+        "ns.cold": {"records": 40, "since": time.time() - 30, "due": False},
+        "ns.new": {"records": 3, "since": None, "due": True}}}))
+    samples = _samples(metrics.exposition())
+    assert samples[("icerouter_table_pending_records", (("table", "ns.cold"),))] == 40
+    assert samples[("icerouter_table_pending_records", (("table", "ns.new"),))] == 3
+    assert 30 <= samples[("icerouter_table_oldest_pending_seconds", (("table", "ns.cold"),))] < 90
+    assert ("icerouter_table_oldest_pending_seconds", (("table", "ns.new"),)) not in samples  # age unknown
+    path.write_text(json.dumps({"at": 1, "tables": {}}))  # committed: nothing waits
+    assert "icerouter_table_pending_records{" not in metrics.exposition().decode()
