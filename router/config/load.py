@@ -20,8 +20,8 @@ from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
 from router.config.model import (
-    EVERY_BATCH, TRANSIENT_FILE_CODECS, CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig, MaintenanceConfig, MetricsConfig,
-    RouteConfig, RouterConfig, TablesConfig,
+    EVERY_BATCH, TRANSIENT_FILE_CODECS, CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig,
+    MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig, TablesConfig,
 )
 from router.config.formats import parse_format
 from router.config.lineage import parse_lineage

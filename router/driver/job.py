@@ -54,10 +54,10 @@ def handoff_path(job: str, checkpoint: str = "", kind: str = "handoff") -> str:
     """Where the driver hands its quarantine set and the next batch id to the source's planner,
     a process on the same host.
 
-    `kind` "waiting": the file the planner writes back, what the tables with a commit cadence hold
-    (router/source/cadence.py). The set lives as long as the driver process (a restart clears it, and `run` removes the file
+    The set lives as long as the driver process (a restart clears it, and `run` removes the file
     at exit): beside the job's local checkpoint (`<checkpoint>/icerouter/`, a folder Spark does not
-    read), else, for a checkpoint behind a URI, in the temp dir.
+    read), else, for a checkpoint behind a URI, in the temp dir. `kind` "waiting": the file the
+    planner writes back, what the tables with a commit cadence hold (router/source/cadence.py).
     """
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
     name = f"icerouter-{safe}-{os.getpid()}.{kind}.json"
