@@ -133,7 +133,8 @@ def parse_args(argv):
     defaults = MODE_DEFAULTS[args.mode]
     args.topics = args.topics or defaults["topics"]
     args.partitions = args.partitions or defaults.get("partitions", 3)
-    args.fan_in = defaults["fan_in"] and not args.no_fan_in
+    # an estate (--hot-topics) has no table every topic feeds: it would read every partition every batch
+    args.fan_in = defaults["fan_in"] and not args.no_fan_in and not args.hot_topics
     args.catch_up = args.catch_up or defaults["catch_up"]
     args.batch_records = args.batch_records or defaults.get("batch_records", 500_000)
     args.records = args.records or defaults.get("records", 2_000_000)
