@@ -140,6 +140,9 @@ def parse_args(argv):
     args.records = args.records or defaults.get("records", 2_000_000)
     args.trigger = args.trigger or (1.0 if args.mode == "soak" else 10.0)
     args.rate = args.rate or (2000.0 if args.mode == "soak" else 5000.0)
+    if args.cold_commit_after and args.broker_retention:
+        # a waiting table's records stay in Kafka: the retention must outlast its cadence, as on a real broker
+        args.broker_retention = max(args.broker_retention, args.cold_commit_after + 30)
     return args
 
 
