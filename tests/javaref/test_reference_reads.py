@@ -3,7 +3,7 @@
 Tables are written through the executor write path and the real commit (process_partition +
 commit_all, as tests/router/executor/ do) and maintained by the real maintenance functions; then
 Iceberg 1.10 on Spark 3.5 (one JVM for the session, tests/javaref/), DuckDB and pyiceberg must read
-the same rows. A live job's tables get the same check in tests/router/driver/test_job_e2e.py.
+the same rows. A live job's tables get the same check in tests/router/driver/test_job_merge_e2e.py.
 """
 
 from __future__ import annotations

@@ -106,10 +106,10 @@ def _read(con, table) -> list[tuple]:
 
 @pytest.fixture
 def catalog_props(request, tmp_path):
-    """The SQL catalogs here, one a scenario: the plain scenario on SQLite, the one that merges small
-    files at every commit (more compare-and-swaps per table) on PostgreSQL. The same scenario on the
-    REST catalog with tables in S3 runs on the standalone cluster (test_job_cluster_e2e.py), where the
-    executors share nothing with the driver."""
+    """The SQL catalogs, one a scenario: the plain scenario on SQLite, the one that merges small
+    files at every commit (more compare-and-swaps per table) on PostgreSQL (test_job_merge_e2e.py).
+    The same scenario on the REST catalog with tables in S3 runs on the standalone cluster
+    (test_job_cluster_e2e.py), where the executors share nothing with the driver."""
     if request.param == "sqlite":
         return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
                 "warehouse": (tmp_path / "warehouse").as_uri()}
@@ -120,17 +120,6 @@ def catalog_props(request, tmp_path):
 @pytest.mark.parametrize("catalog_props", ["sqlite"], indirect=True)
 def test_job_end_to_end_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name):
     _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("e"))
-
-
-@pytest.mark.parametrize("catalog_props", ["postgres"], indirect=True)
-def test_job_merging_small_files_at_every_commit_exactly_once(tmp_path, kafka_bootstrap, registry_url, catalog_props,
-                                                             unique_name, java_reader):
-    """The same scenario with small files merged into the batches' commits once a table holds two
-    (router/catalog/merge_small.py): crash drill, fan-in, evolution and the dead letters stay exactly-once.
-    Java Iceberg (tests/javaref/) then reads every table as DuckDB and pyiceberg do."""
-    _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, unique_name("m"),
-                           maintenance={"merge_small_files_at": 2, "expire_every_commits": 1000},
-                           java_reader=java_reader)
 
 
 def _exactly_once_scenario(tmp_path, kafka_bootstrap, registry_url, catalog_props, prefix, spark=None,

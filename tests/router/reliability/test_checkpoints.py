@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def outcome(tmp_path_factory, kafka_bootstrap, registry_url):
     """On a SQLite catalog: what is tested here is the checkpoint against the tables' offsets, which
     the catalog only stores; the faults scenario (test_faults.py) runs on PostgreSQL, and so does
-    the merging job scenario (tests/router/driver/test_job_e2e.py)."""
+    the merging job scenario (tests/router/driver/test_job_merge_e2e.py)."""
     from router.devstack.catalog import sqlite_catalog_properties
 
     workdir = tmp_path_factory.mktemp("checkpoints")
