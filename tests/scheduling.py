@@ -27,6 +27,7 @@ LONGEST_FIRST = (
     "tests/router/driver/test_secrets_e2e.py",         # 87 s
     "tests/router/cli/test_demo.py",                   # 79 s
     "tests/router/driver/test_lease_e2e.py",           # 75 s
+    "tests/router/reliability/test_cadence.py",        # 61 s alone
     "tests/router/driver/test_metrics_e2e.py",         # 56 s
     "tests/router/driver/test_consumer_group_e2e.py",  # 49 s
     "tests/router/reliability/test_concurrent_writers.py",  # 44 s
