@@ -64,9 +64,14 @@ class FaultServices:
 
 FAULT_TOPICS = 6
 CRASH_POINTS = (2, 3)  # table commits before each SIGKILL: 2 + 3 of 6 tables, the last one in the live run
-REGISTRY_OUTAGE_SECONDS = 30
-CATALOG_OUTAGE_SECONDS = 15
+# Each outage lasts at least this long AND until a batch has failed over it and been retried (the job's log shows
+# it), so the job is seen waiting whatever the machine's speed. Every failed pass costs a new Spark Python worker
+# (6-7 s a pass here), so a longer outage adds cost, not coverage: 10 s already outlasts the registry client's
+# retries (2 attempts, sub-second backoff on a refused connection) and its 2 s cache of latest versions.
+REGISTRY_OUTAGE_SECONDS = 10
+CATALOG_OUTAGE_SECONDS = 8
 BROKER_OUTAGE_SECONDS = 6
+RETRIED = re.compile(rb"transient failure, retrying|catalog unreachable")
 
 
 def faults(services: FaultServices, workdir: Path) -> Outcome:
@@ -136,7 +141,11 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
         facts["cached_flowed_seconds"] = wait_for(landed, REGISTRY_OUTAGE_SECONDS + 60, job,
                                                   "cached schemas while the registry is down")
         facts["cached_flowed_while_down"] = True
+        mark = log.stat().st_size
         new_coords = ledger.produce(bootstrap, batch(topics[1], 20, 2, v2_id), table_of)
+        wait_for(lambda: _retried_since(log, mark), REGISTRY_OUTAGE_SECONDS + 60, job,
+                 "the batch of the new schema id to fail over the registry outage and be retried")
+        facts["new_id_retried_while_down"] = True
         time.sleep(max(0.0, REGISTRY_OUTAGE_SECONDS - (time.monotonic() - down)))
         facts["new_id_landed_while_down"] = _landed_any(catalog_props, table_of(topics[1])[0], new_coords)
         services.registry.start()
@@ -146,8 +155,12 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
         # Catalog outage: PostgreSQL stopped while records arrive.
         services.postgres.stop(remove_data=False)
         down = time.monotonic()
+        mark = log.stat().st_size
         ledger.produce(bootstrap, batch(topics[3], 20) + batch(topics[4], 20), table_of)
-        time.sleep(CATALOG_OUTAGE_SECONDS)
+        wait_for(lambda: _retried_since(log, mark), CATALOG_OUTAGE_SECONDS + 60, job,
+                 "a batch to fail over the catalog outage and be retried")
+        facts["batch_retried_during_catalog_outage"] = True
+        time.sleep(max(0.0, CATALOG_OUTAGE_SECONDS - (time.monotonic() - down)))
         facts["job_alive_during_catalog_outage"] = job.proc.poll() is None
         services.postgres.start()
         facts["catalog_outage_seconds"] = round(time.monotonic() - down, 1)
@@ -168,6 +181,13 @@ def faults(services: FaultServices, workdir: Path) -> Outcome:
     tally = Tally.observe("faults: crashes, registry/catalog/broker outages", ledger, catalog_props,
                           extra_tables=[ledger.dlq_table])
     return Outcome("faults", p, ledger, tally, catalog_props, runs, log.read_text(errors="replace"), facts)
+
+
+def _retried_since(log: Path, offset: int) -> bool:
+    """The job logged, past `offset` of its log, a batch (or a commit) retried over a service outage."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return RETRIED.search(f.read()) is not None
 
 
 def _tables_with_snapshot(catalog_props: dict, names: list[str]) -> int:

@@ -42,12 +42,14 @@ def test_sigkill_during_commit_several_times(outcome):
 
 def test_cached_schemas_flow_while_the_registry_is_down_and_new_ids_wait(outcome):
     assert outcome.facts["cached_flowed_while_down"]
+    assert outcome.facts["new_id_retried_while_down"]  # the new id's batch was tried, failed and retried
     assert outcome.facts["registry_outage_seconds"] >= outages.REGISTRY_OUTAGE_SECONDS
     assert outcome.facts["new_id_landed_while_down"] is False
 
 
 def test_job_survives_catalog_and_broker_restarts(outcome):
     assert outcome.facts["job_alive_during_catalog_outage"]
+    assert outcome.facts["batch_retried_during_catalog_outage"]
     assert outcome.facts["catalog_outage_seconds"] >= outages.CATALOG_OUTAGE_SECONDS
     assert outcome.facts["broker_outage_seconds"] >= outages.BROKER_OUTAGE_SECONDS
     assert outcome.runs[-1] in (0, -signal.SIGTERM), outcome.log[-3000:]  # stopped by us, not crashed
