@@ -33,6 +33,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
 from pyiceberg.avro.file import AvroFile, AvroOutputFile
 from pyiceberg.manifest import (
     MANIFEST_ENTRY_SCHEMAS, MANIFEST_LIST_FILE_SCHEMAS, UNASSIGNED_SEQ, DataFile, DataFileContent, FileFormat,
@@ -40,7 +41,8 @@ from pyiceberg.manifest import (
     PartitionFieldSummary, _inherit_from_manifest,
 )
 from pyiceberg import manifest as manifest_module
-from pyiceberg.table.update import AddSnapshotUpdate
+from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table.update import AddSnapshotUpdate, UpgradeFormatVersionUpdate, _apply_table_update
 from pyiceberg.table.update import snapshot as snapshot_module
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 
@@ -228,6 +230,30 @@ def _commit(self: _SnapshotProducer):
                 update={"first_row_id": row_ids.first, "added_rows": row_ids.assigned}))
         out.append(update)
     return tuple(out), requirements
+
+
+# ----------------------------------------------------------------------------- upgrade
+
+class UpgradeToV3(UpgradeFormatVersionUpdate):
+    """`upgrade-format-version` to 3, which pyiceberg 0.12 refuses to apply (it supports up to v2).
+
+    A REST catalog applies it itself; ours (router/catalog/sql.py) apply it here: the metadata becomes
+    v3 with ``next-row-id`` 0 (the spec's "Row Lineage for Upgraded Tables"); snapshots, manifests and
+    position-delete files stay as they are and valid. The next snapshot assigns row ids to every data file.
+    """
+
+    format_version: int = Field(alias="format-version", default=3)
+
+
+@_apply_table_update.register(UpgradeToV3)
+def _upgrade(update: UpgradeToV3, base_metadata, context):
+    if base_metadata.format_version >= 3:
+        return base_metadata
+    if base_metadata.format_version < 2:
+        raise ValueError("only a format v2 table is upgraded to v3")
+    upgraded = TableMetadataUtil._construct_without_validation(base_metadata.model_copy(update={"format_version": 3}))
+    context.add_update(update)
+    return upgraded.model_copy(update={"next_row_id": 0})
 
 
 # ----------------------------------------------------------------------------- readers
