@@ -166,11 +166,19 @@ def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> Snap
     with _lock:
         found = _snapshots.get((uuid, snapshot.snapshot_id))
         parent = _snapshots.get((uuid, snapshot.parent_snapshot_id)) if found is None else None
+    if parent is not None and snapshot.first_row_id is not None and _first_with_row_ids(metadata, snapshot):
+        parent = None  # its manifest list gave the parent's manifests row ids: their files' first_row_id changed
     if found is None:
         found = (_extend(table, snapshot, parent) if parent is not None else None) or _build(table, snapshot)
         with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
             _snapshots[(uuid, snapshot.snapshot_id)] = found
     return found
+
+
+def _first_with_row_ids(metadata, snapshot) -> bool:
+    """Whether `snapshot` is the first to assign row ids (a table upgraded to v3): its parent has none."""
+    parent = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    return parent is None or parent.first_row_id is None
 
 
 # ----------------------------------------------------------------------------- deleted positions
