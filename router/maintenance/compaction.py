@@ -349,7 +349,7 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
         delete_quietly(table.io, [f.file_path for f in new])
         raise
     result.snapshot_id = producer.snapshot_id
-    result.removed_delete_files = sorted(f.file_path for f in producer._removed_delete_files)
+    result.removed_delete_files = sorted({f.file_path for f in producer._removed_delete_files})
     result.files_removed, result.files_added = len(old), len(new)
     result.bytes_removed = sum(f.file_size_in_bytes for f in old)
     result.bytes_added = sum(f.file_size_in_bytes for f in new)
