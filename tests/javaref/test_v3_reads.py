@@ -137,7 +137,8 @@ def test_v3_append_fan_in_keeps_row_ids_through_merges_and_compaction(java_reade
     assert table.metadata.format_version == 3
     assert [s for s in table.metadata.snapshots if s.summary.operation.value == "overwrite"], "no inline merge"
     rows = assert_readers_agree(java_reader, table)
-    assert len(rows) == 45 and sorted(v[0] for v in seen.values()) == list(range(45))
+    # 45 rows, each with its own id (a merged file's rows keep theirs; the ids its file inherits go unused)
+    assert len(rows) == len(seen) == 45
     result = compact(table, plan_compaction(table, MiB), MiB)
     assert result.files_removed >= 2 and result.files_added == 1
     table = load_table(catalog_config, f"{ns}.clicks", refresh=True)
