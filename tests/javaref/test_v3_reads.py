@@ -104,7 +104,7 @@ def test_v3_cdc_tables_with_deletion_vectors_before_and_after_compaction(java_re
     assert assert_readers_agree(java_reader, table) == before
     assert lineage(java_reader, table) == ids_before, "compaction changed the rows' lineage"
 
-    _committed(run_batch(dispatcher, stream.batches([*script.update(4), *script.mixed(10)]), len(steps))[1])
+    _committed(run_batch(dispatcher, stream.batches([*script.update(), *script.mixed(10)]), len(steps))[1])
     table = load_table(catalog_config, name, refresh=True)
     vectors_only(table)
     assert len(assert_readers_agree(java_reader, table)) == len(script.rows)
@@ -178,7 +178,7 @@ def test_a_v2_cdc_table_upgraded_by_maintain_after_plan_showed_it(java_reader, c
     script = cdc.ChangeScript(seed=5)
     v2 = make_dispatcher(catalog_config, registry_url, ns, [route])
     _committed(run_batch(v2, stream.batches(list(script.snapshot(30))), 0)[1])
-    _committed(run_batch(v2, stream.batches([*script.mixed(20), *script.delete(3)]), 1)[1])
+    _committed(run_batch(v2, stream.batches([*script.mixed(20), *script.delete()]), 1)[1])
     rows_then = len(script.rows)
     table = load_table(catalog_config, name, refresh=True)
     assert table.metadata.format_version == 2
@@ -188,7 +188,7 @@ def test_a_v2_cdc_table_upgraded_by_maintain_after_plan_showed_it(java_reader, c
     v3 = make_dispatcher(catalog_config, registry_url, ns, [{**route, "format_version": 3}])
     output, blocked, _ = plan_command(v3.config, subjects=[f"{topic}-value"])
     assert not blocked and "table format: format v2 -> v3" in output, output
-    _committed(run_batch(v3, stream.batches([*script.update(3)]), 2)[1])  # the job does not upgrade
+    _committed(run_batch(v3, stream.batches([*script.update(), *script.update()]), 2)[1])  # the job does not upgrade
     table = load_table(catalog_config, name, refresh=True)
     assert table.metadata.format_version == 2
     assert "would upgrade" in maintain_command(v3.config, name, dry_run=True)
@@ -201,7 +201,7 @@ def test_a_v2_cdc_table_upgraded_by_maintain_after_plan_showed_it(java_reader, c
     assert len(assert_readers_agree(java_reader, table)) == len(script.rows)
     assert len(before) == rows_then
 
-    _committed(run_batch(v3, stream.batches([*script.update(6), *script.mixed(15)]), 3)[1])
+    _committed(run_batch(v3, stream.batches([*script.update(), *script.update(), *script.mixed(15)]), 3)[1])
     table = load_table(catalog_config, name, refresh=True)
     formats = {d.file_format for d, _ in snapshot_files(table).deletes}
     assert FileFormat.PUFFIN in formats  # new deletes are vectors; old position-delete files may remain
