@@ -202,3 +202,27 @@ def test_the_catalogs_reject_a_v3_table_without_our_writers():
     from router.catalog.metadata_files import metadata_json
 
     assert json.loads(metadata_json(metadata.model_copy(update={"next_row_id": 0})))["next-row-id"] == 0
+
+
+def test_pyiceberg_has_no_row_lineage_columns_where_duckdb_reads_them(config, unique_name):
+    """The reader table of docs/v3.md: pyiceberg 0.12 refuses `_row_id` (it has no metadata columns),
+    while DuckDB reads the row ids of the same metadata file: the limit is pyiceberg's, not the table's."""
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "3"})
+    append(table, rows(range(0, 5), "a"))
+    append(table, rows(range(5, 8), "b"))
+    upsert(table, rows([1], "c"))
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    from tests.duckdb_reader import connect
+
+    con = connect()
+    try:
+        got = con.execute(f"SELECT id, _row_id, _last_updated_sequence_number FROM "
+                          f"iceberg_scan('{table.metadata_location.removeprefix('file://')}') ORDER BY id").fetchall()
+    finally:
+        con.close()
+    # the first batch's rows are ids 0-4 of sequence 1, the second's 5-7 of sequence 2; key 1's new image is a
+    # new row of the upsert's snapshot (sequence 3), with the id after them
+    assert got == [(0, 0, 1), (1, 8, 3), (2, 2, 1), (3, 3, 1), (4, 4, 1), (5, 5, 2), (6, 6, 2), (7, 7, 2)]
+    with pytest.raises(ValueError, match="_row_id"):
+        table.scan(selected_fields=("id", "_row_id")).to_arrow()
+    assert sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) == list(range(8))
