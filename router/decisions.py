@@ -25,9 +25,9 @@ from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
 from router.changes.envelope import debezium_table_schema
 from router.table_writes import APPEND, TableWrite, apply_write
 
-__all__ = ["KAFKA_METADATA", "SEQUENCE_COLUMN", "SchemaDecision", "projected_names", "table_view",
+__all__ = ["KAFKA_METADATA", "SEQUENCE_COLUMN", "SchemaDecision", "FormatDecision", "projected_names", "table_view",
            "with_sequence_column", "sequence_column", "resolve_policy",
-           "plan_table", "decide", "decide_schema"]
+           "plan_table", "decide", "decide_schema", "wanted_format_version", "decide_format"]
 
 #: (column, source column of the Kafka row, Iceberg type) appended to every row when
 #: ``tables.metadata_columns`` is on.
@@ -156,3 +156,41 @@ def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, polic
                   key: Sequence[str] | None = None) -> SchemaDecision:
     """Pure: what happens to records of one writer schema headed for one table."""
     return decide(plan_table(current, [incoming], policy, case_sensitive, table, write, key))
+
+
+@dataclass(frozen=True)
+class FormatDecision:
+    """What a table's Iceberg format version becomes (router/catalog/format_v3.py, docs/v3.md).
+
+    ``action``: ``create`` (a new table, at ``wanted``), ``upgrade`` (an existing table moves to
+    ``wanted``: `icerouter maintain` applies it, `plan` shows it; the job writes a table at the version it
+    has), ``keep`` (nothing to do) or ``refuse`` (a table newer than wanted: formats never go down)."""
+
+    current: int | None
+    wanted: int
+    action: str
+
+    @property
+    def note(self) -> str:
+        if self.action == "upgrade":
+            return (f"format v{self.current} -> v{self.wanted}: deletion vectors instead of position-delete files, "
+                    "row lineage; its position deletes stay valid (`icerouter maintain` upgrades it)")
+        if self.action == "refuse":
+            return f"format v{self.current} is kept: format_version {self.wanted} would be a downgrade"
+        if self.action == "create":
+            return f"created as format v{self.wanted}"
+        return ""
+
+
+def wanted_format_version(tables_format_version: int, route_format_version: int | None) -> int:
+    """The format version a route's tables get: the route's, else ``tables.format_version``."""
+    return route_format_version if route_format_version is not None else tables_format_version
+
+
+def decide_format(current: int | None, wanted: int) -> FormatDecision:
+    """The one rule for a table's format version, taken by the job (table creation), `plan` and `maintain`."""
+    if current is None:
+        return FormatDecision(None, wanted, "create")
+    if current < wanted:
+        return FormatDecision(current, wanted, "upgrade")
+    return FormatDecision(current, wanted, "keep" if current == wanted else "refuse")

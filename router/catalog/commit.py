@@ -38,13 +38,14 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, Valida
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.deletes import write_position_deletes
+from router.catalog.deletion_vectors import write_deletion_vectors
 from router.catalog.expiry import snapshots_to_expire
 from router.catalog.locate import locate_keys
 from router.catalog.sequence import rows_of_keys, stale_keys
 from router.catalog.merge_small import merge_for
 from router.catalog.reachable import delete_expired_files, drop_unlisted_manifests
 from router.catalog.row_delta import row_delta
-from router.catalog.snapshot_files import snapshot_files
+from router.catalog.snapshot_files import snapshot_files, split_by_path
 from router.catalog.sql import StagedTransaction
 from router.catalog.tables import backoff, delete_quietly, load_table, manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
@@ -121,7 +122,8 @@ def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire:
                        prop: json.dumps(property_document(doc))})
     summary = {"icerouter.job": job, "icerouter.batch-id": str(batch_id), prop: json.dumps(doc)}
     if result.upsert is not None:  # images and the position deletes of the rows they replace
-        row_delta(tx, result.data_files, deletes, snapshot_properties=summary)
+        row_delta(tx, result.data_files, deletes, snapshot_properties=summary,
+                  removed_delete_files=getattr(deletes, "replaced", ()))
     elif merge is not None and merge.stage(tx, table, result.data_files, summary):
         pass
     elif result.data_files:
@@ -171,9 +173,9 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             tx.commit_transaction()
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
-            outcome.deleted_rows = sum(f.record_count for f in deletes)
+            outcome.deleted_rows = getattr(deletes, "rows", 0)
             outcome.delete_files = len(deletes)
-            outcome.bytes += sum(f.file_size_in_bytes for f in deletes)
+            outcome.bytes += sum({f.file_path: f.file_size_in_bytes for f in deletes}.values())
             outcome.snapshot_id = table.metadata.current_snapshot_id
             outcome.expired = len(expire)
             outcome.committed_at = time.time()
@@ -210,15 +212,24 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
     return outcome
 
 
-def replaced_rows(table, work, new_data_files=()) -> list:
-    """Position-delete files for the live rows of the keys an upsert result changed, located on the
-    snapshot this attempt builds on (a lost swap locates again: never stale positions). With
-    sequence_by, a key whose live row is newer keeps it, and this result's image of it is deleted
-    instead (router/catalog/sequence.py)."""
+class RowDeletes(list):
+    """A commit's new delete files (position-delete files on v2, deletion vectors on v3), the deletion
+    vectors they replace (`replaced`, merged into the new ones) and the rows they delete (`rows`)."""
+
+    def __init__(self, files=(), replaced=(), rows: int = 0) -> None:
+        super().__init__(files)
+        self.replaced, self.rows = list(replaced), rows
+
+
+def replaced_rows(table, work, new_data_files=()) -> RowDeletes:
+    """Deletes for the live rows of the keys an upsert result changed, located on the snapshot this
+    attempt builds on (a lost swap locates again: never stale positions): position-delete files on a
+    v2 table, deletion vectors on v3. With sequence_by, a key whose live row is newer keeps it, and
+    this result's image of it is deleted instead (router/catalog/sequence.py)."""
     files = snapshot_files(table)
     located = locate_keys(table, work.touched, work.key_columns, files)
     if located.num_rows == 0:
-        return []
+        return RowDeletes()
     positions = located.select(["file_path", "pos"])
     if work.sequence_column and work.sequences is not None:
         stale = stale_keys(table, located, work.key_columns, work.sequence_column, work.touched, work.sequences)
@@ -228,8 +239,12 @@ def replaced_rows(table, work, new_data_files=()) -> list:
             positions = pa.concat_tables([positions.filter(keep),
                                           rows_of_keys(table, new_data_files, work.key_columns, stale)])
             if positions.num_rows == 0:
-                return []
-    return write_position_deletes(table, positions, files, new_data_files)
+                return RowDeletes()
+    if table.metadata.format_version >= 3:
+        vectors = write_deletion_vectors(table, split_by_path(positions.column("file_path"), positions.column("pos")),
+                                         files, new_data_files)
+        return RowDeletes(vectors.added, vectors.replaced, positions.num_rows)
+    return RowDeletes(write_position_deletes(table, positions, files, new_data_files), (), positions.num_rows)
 
 
 def _commit_parts(catalog: CatalogConfig, result, job: str, batch_id: int, retries: int,

@@ -61,6 +61,8 @@ from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog.file_stats import StatColumn, file_statistics, stat_columns
+from router.catalog.format_v3 import ROW_ID
+from router.catalog.lineage import LINEAGE_STAT_COLUMNS, attach_lineage, split_lineage
 
 __all__ = ["write_data_files", "RollingWriter", "clear_cache", "TRANSIENT_MAX_BYTES"]
 
@@ -249,7 +251,8 @@ def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_ke
     return _data_file(plan, path, size, writer.writer.metadata, partition_key)
 
 
-def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partition_key: PartitionKey | None) -> DataFile:
+def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partition_key: PartitionKey | None,
+               stat_columns: dict[str, StatColumn] | None = None) -> DataFile:
     data_file = DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
@@ -260,7 +263,7 @@ def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partiti
         spec_id=plan.spec_id,
         equality_ids=None,
         key_metadata=None,
-        **file_statistics(parquet_metadata, plan.stat_columns),
+        **file_statistics(parquet_metadata, stat_columns or plan.stat_columns),
     )
     data_file.spec_id = plan.spec_id  # from_args drops it; row deltas and compaction group files by spec
     return data_file
@@ -330,6 +333,8 @@ class RollingWriter:
     spec's meaning of ``write.target-file-size-bytes``), where the one-shot
     writer above, like pyiceberg, sizes by in-memory Arrow bytes. Same field
     ids, statistics, partition values and file naming as ``write_data_files``.
+    Batches of a v3 rewrite may end with the row lineage columns (router/catalog/lineage.py),
+    written with their reserved field ids.
     """
 
     def __init__(self, table: Any, target_file_size: int | None = None,
@@ -387,8 +392,11 @@ class RollingWriter:
     def _flush(self, slot: str) -> None:
         buffered = self._buffers.pop(slot)
         key, rows = buffered.key, pa.concat_tables(buffered.tables)
+        rows, lineage = split_lineage(rows)  # a v3 rewrite's rows carry their lineage (catalog/lineage.py)
         proj = _projection(self._plan, rows.schema)
         data = _to_file_table(self._plan, proj, rows.to_batches(), rows.schema)
+        if lineage is not None:
+            data = attach_lineage(data, lineage)
         out = self._open.get(slot) or self._start(slot, key, data.schema)
         if not data.schema.equals(out.writer.schema):  # e.g. string in older files, large_string in newer
             data = data.cast(out.writer.schema)
@@ -410,4 +418,6 @@ class RollingWriter:
             size = out.stream.tell()
         finally:
             out.stream.close()
-        self.files.append(_data_file(self._plan, out.path, size, out.writer.writer.metadata, out.key))
+        lineage = ROW_ID in out.writer.schema.names
+        self.files.append(_data_file(self._plan, out.path, size, out.writer.writer.metadata, out.key,
+                                     {**self._plan.stat_columns, **LINEAGE_STAT_COLUMNS} if lineage else None))

@@ -49,10 +49,18 @@ Positions = Union[Mapping[str, "np.ndarray | pa.Array | list[int]"], pa.Table]
 
 
 def require_v2(table) -> None:
-    """Position deletes need table format v2 (v1 has none; v3 replaces them with deletion vectors)."""
+    """Position-delete files need table format v2 (v1 has none; v3 replaces them with deletion vectors)."""
     version = int(table.metadata.format_version)
     if version != 2:
-        raise RowLevelError(f"row-level deletes need an Iceberg format v2 table; this one is v{version}",
+        raise RowLevelError(f"position-delete files need an Iceberg format v2 table; this one is v{version}"
+                            + (" (it takes deletion vectors)" if version >= 3 else ""), table=_name(table))
+
+
+def require_row_level(table) -> None:
+    """Row-level deletes need table format v2 (position-delete files) or v3 (deletion vectors)."""
+    version = int(table.metadata.format_version)
+    if version not in (2, 3):
+        raise RowLevelError(f"row-level deletes need an Iceberg format v2 or v3 table; this one is v{version}",
                             table=_name(table))
 
 
@@ -156,7 +164,7 @@ def _write_one(io, location: str, positions: dict[str, np.ndarray], spec_id: int
                              else row_group.column(0).dictionary_page_offset)
         column_sizes[FILE_PATH_ID] += row_group.column(0).total_compressed_size
         column_sizes[POS_ID] += row_group.column(1).total_compressed_size
-    remember_positions(location, positions)
+    remember_positions((location, None), positions)
     rows = int(len(pos))
     delete_file = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,

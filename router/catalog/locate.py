@@ -38,7 +38,7 @@ from pyiceberg.partitioning import partition_record_value
 from pyiceberg.types import PrimitiveType
 from pyiceberg.utils.concurrent import ExecutorFactory
 
-from router.catalog.deletes import require_v2
+from router.catalog.deletes import require_row_level
 from router.catalog.snapshot_files import SnapshotFiles, deleted_positions, snapshot_files
 from router.exceptions import RowLevelError
 
@@ -269,7 +269,7 @@ def clear_cache() -> None:
 def locate_keys(table, keys: pa.Table, key_columns: Sequence[str], files: SnapshotFiles | None = None) -> pa.Table:
     """Live rows of the current snapshot (or of `files`) holding any of `keys`: (file_path, pos, key columns...),
     sorted by file and position. See the module docstring for what is read."""
-    require_v2(table)
+    require_row_level(table)
     key_columns = list(key_columns)
     if not key_columns:
         raise RowLevelError("no key columns given", table=_name(table))

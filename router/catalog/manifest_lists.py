@@ -56,9 +56,9 @@ def _add_manifests(self: ManifestListWriter, manifest_files: list[ManifestFile])
 
 
 def _exit(self: ManifestListWriter, exc_type, exc_value, traceback) -> None:
-    """pyiceberg's `__exit__`; a list written whole (format version 2) is kept."""
+    """pyiceberg's `__exit__`; a list written whole (format version 2 or 3) is kept."""
     _pyiceberg["exit"](self, exc_type, exc_value, traceback)
-    if exc_type is None and self._format_version == 2:
+    if exc_type is None and self._format_version >= 2:
         written = tuple(self.__dict__.get("_icerouter_written", ()))
         with _lock:
             _lists[self._output_file.location] = written

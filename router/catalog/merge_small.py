@@ -28,6 +28,9 @@ and the next waits until enough files were added for one to be (`_skips`): big
 files alone can hold a table over its threshold. scripts/perf/merge_policy.py
 simulates the rule (benchmarks/merge_policy.json).
 
+On a v3 table the merged rows keep their row lineage (router/catalog/lineage.py):
+their ``_row_id`` and ``_last_updated_sequence_number`` are written into the merged file.
+
 Tables with delete files (upserts, change streams) are left to compaction: the
 rows of a file would need their deletes applied. So are files of an older
 partition spec or another format.
@@ -58,6 +61,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
 
 from router.catalog.datafiles import RollingWriter
+from router.catalog.format_v3 import first_row_id
+from router.catalog.lineage import lineage_of, stored_lineage_columns, tracks_lineage, with_lineage
 from router.catalog.row_delta import FileChanges
 from router.catalog.tables import delete_quietly
 from router.config.model import TRANSIENT_FILE_CODECS
@@ -291,11 +296,15 @@ def _write_merged(table, files) -> list[DataFile]:
     unchanged: dict[pa.Schema, bool] = {}  # file schema -> its batches already are the table's rows as they are
     per_row = 0.0  # the most Arrow bytes per row a batch read so far took
     writer = RollingWriter(table, NEVER_ROLL, buffer_bytes=BUFFER_BYTES)
+    sequences = _sequences(table, files) if tracks_lineage(metadata) else None
     try:
         for f in files:
             with table.io.new_input(f.file_path).open() as stream:
                 parquet = pq.ParquetFile(stream)
                 arrow = parquet.schema_arrow
+                if sequences is not None:
+                    _merge_lineage(writer, f, parquet, schema, metadata, sequences[f.file_path])
+                    continue
                 file_schema = projections.get(arrow)
                 if file_schema is None:
                     file_schema = projections[arrow] = pyarrow_to_schema(
@@ -323,6 +332,31 @@ def _write_merged(table, files) -> list[DataFile]:
     finally:
         _release_memory()
     return written
+
+
+def _sequences(table, files) -> dict[str, int]:
+    """data file path -> data sequence number of the sources, from the snapshot the merge builds on."""
+    from router.catalog.snapshot_files import snapshot_files
+
+    live = snapshot_files(table).sequence
+    missing = [f.file_path for f in files if f.file_path not in live]
+    if missing:
+        raise ValueError(f"a source of the merge is not live: {missing[0]}")
+    return {f.file_path: live[f.file_path] for f in files}
+
+
+def _merge_lineage(writer: RollingWriter, f: DataFile, parquet, schema: Schema, metadata, sequence: int) -> None:
+    """One source of a v3 table's merge: its rows projected to the current schema, each with its row
+    lineage (stored, else inherited from the source file)."""
+    stored = stored_lineage_columns(parquet.schema_arrow)
+    file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(), downcast_ns_timestamp_to_us=True,
+                                    format_version=metadata.format_version)
+    start = 0
+    for batch in parquet.iter_batches(batch_size=_batch_rows(_encoded_per_row(parquet.metadata)), use_threads=False):
+        row_ids, sequences = lineage_of(batch, start, first_row_id(f), sequence, stored)
+        start += batch.num_rows
+        projected = _to_requested_schema(schema, file_schema, batch, downcast_ns_timestamp_to_us=True)
+        writer.write(with_lineage(projected, row_ids, sequences))
 
 
 def _batch_rows(per_row: float) -> int:

@@ -23,7 +23,7 @@ import threading
 
 from cachetools import LRUCache
 from pyiceberg.serializers import Compressor
-from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV3
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.utils.config import Config
 
@@ -53,12 +53,21 @@ def legacy_current_snapshot_id() -> bool:
     return bool(Config().get_bool("legacy-current-snapshot-id"))
 
 
+def _dump(metadata, **kwargs) -> str:
+    """pyiceberg's JSON of the model; a v3 model's own method refuses (pyiceberg 0.12 writes no v3), so its
+    fields are serialised by the base model as for v2: v3 adds `next-row-id` and the snapshots' row ids,
+    which the model holds (router/catalog/format_v3.py keeps them right)."""
+    if isinstance(metadata, TableMetadataV3):
+        return super(TableMetadataV3, metadata).model_dump_json(**kwargs)
+    return metadata.model_dump_json(**kwargs)
+
+
 def metadata_json(metadata) -> str:
     """The JSON pyiceberg writes for `metadata` (ToOutputFile.table_metadata), snapshots from the cache."""
     exclude_none = not legacy_current_snapshot_id()
     if metadata.format_version < 2 or not metadata.snapshots:  # v1 rewrites its snapshots when serialised
-        return metadata.model_dump_json(exclude_none=exclude_none)
-    head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
+        return _dump(metadata, exclude_none=exclude_none)
+    head = _dump(metadata, exclude_none=exclude_none, exclude={"snapshots"})
     keys = [(_key(snapshot), exclude_none) for snapshot in metadata.snapshots]
     with _lock:
         parts = [_snapshot_json.get(key) for key in keys]

@@ -9,7 +9,10 @@ per partition spec), keeps the parent's manifests, removes files of either kind
 when asked (compaction) and counts both kinds in the snapshot summary.
 
 `RowDelta` is the upsert commit: new rows as data files and the old images as
-position deletes in ONE snapshot. The scan rule makes that work: a position
+position deletes in ONE snapshot: position-delete files on a v2 table, deletion
+vectors on a v3 table (router/catalog/deletion_vectors.py), each replacing the
+data file's previous vector, which leaves in the same snapshot (a data file has
+at most one live vector). The scan rule makes that work: a position
 delete applies to data files of a sequence number <= its own, so it applies to
 the older files it names, and would to data of its own snapshot. Its operation
 is "overwrite" when it deletes rows (as Iceberg's RowDelta records it) and
@@ -46,7 +49,8 @@ from pyiceberg.table.update.snapshot import _ManifestMergeManager, _SnapshotProd
 from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
-from router.catalog.deletes import require_v2
+from router.catalog.deletes import require_row_level
+from router.catalog.format_v3 import DeleteManifestWriterV3, delete_key, is_deletion_vector, referenced_data_file
 from router.catalog.snapshot_files import read_position_deletes, snapshot_files
 from router.exceptions import RowLevelError
 
@@ -71,7 +75,7 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
         super().__init__(operation, transaction, io or transaction._table.io,
                          snapshot_properties=snapshot_properties, branch=branch)
         self._added_delete_files: list[DataFile] = []
-        self._removed_delete_files: set[DataFile] = set()
+        self._removed_delete_files: list[DataFile] = []  # one per format_v3.delete_key
 
     # ------------------------------------------------------------------ what changes
 
@@ -87,6 +91,10 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
         if delete_file.content != DataFileContent.POSITION_DELETES:
             raise RowLevelError("only position-delete files are committed as deletes (never equality deletes)",
                                 file=delete_file.file_path, content=str(delete_file.content))
+        v3 = self._transaction.table_metadata.format_version >= 3
+        if v3 != is_deletion_vector(delete_file):
+            raise RowLevelError("a v3 table takes deletion vectors and a v2 table position-delete files",
+                                file=delete_file.file_path, format=str(delete_file.file_format))
         self._added_delete_files.append(_with_spec_id(delete_file, self._transaction.table_metadata.default_spec_id))
         return self
 
@@ -97,7 +105,8 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
     remove_data_file = delete_data_file
 
     def remove_delete_file(self, delete_file: DataFile) -> FileChanges:
-        self._removed_delete_files.add(delete_file)
+        if delete_key(delete_file) not in {delete_key(f) for f in self._removed_delete_files}:
+            self._removed_delete_files.append(delete_file)
         return self
 
     # ------------------------------------------------------------------ manifests
@@ -105,8 +114,9 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
     def _writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
         if content == ManifestContent.DATA:
             return self.new_manifest_writer(self.spec(spec_id))
-        return DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                    self._compression)
+        kind = DeleteManifestWriterV3 if self._transaction.table_metadata.format_version >= 3 else DeleteManifestWriter
+        return kind(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id,
+                    self._compression)
 
     def _write(self, content: ManifestContent, spec_id: int, entries: Iterable[ManifestEntry]) -> ManifestFile:
         with self._writer(content, spec_id) as writer:
@@ -127,8 +137,8 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
         """(the parent's manifests to keep, rewritten without removed files; manifests of the removed entries)."""
         metadata = self._transaction.table_metadata
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
-        targets = {ManifestContent.DATA: {f.file_path for f in self._deleted_data_files},
-                   ManifestContent.DELETES: {f.file_path for f in self._removed_delete_files}}
+        targets = {ManifestContent.DATA: {_key(f, ManifestContent.DATA) for f in self._deleted_data_files},
+                   ManifestContent.DELETES: {delete_key(f) for f in self._removed_delete_files}}
         kept: list[ManifestFile] = []
         removed: dict[tuple[ManifestContent, int], list[ManifestEntry]] = defaultdict(list)
         found: set[str] = set()
@@ -140,20 +150,20 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
                 kept.append(manifest)
                 continue
             entries = self._manifest_entries(manifest)
-            hits = [e for e in entries if e.data_file.file_path in wanted]
+            hits = [e for e in entries if _key(e.data_file, manifest.content) in wanted]
             if not hits:
                 kept.append(manifest)
                 continue
-            found.update(e.data_file.file_path for e in hits)
+            found.update(_key(e.data_file, manifest.content) for e in hits)
             removed[(manifest.content, manifest.partition_spec_id)] += [_copy(e, ManifestEntryStatus.DELETED,
                                                                                self._snapshot_id) for e in hits]
             rest = [_copy(e, ManifestEntryStatus.EXISTING, e.snapshot_id) for e in entries
-                    if e.data_file.file_path not in wanted]
+                    if _key(e.data_file, manifest.content) not in wanted]
             if rest:
                 kept.append(self._write(manifest.content, manifest.partition_spec_id, rest))
         missing = (targets[ManifestContent.DATA] | targets[ManifestContent.DELETES]) - found
         if missing:
-            raise ValidationException(f"Missing required files to delete: {', '.join(sorted(missing))}")
+            raise ValidationException(f"Missing required files to delete: {', '.join(sorted(map(str, missing)))}")
         gone = [self._write(content, spec_id, entries) for (content, spec_id), entries in sorted(removed.items())]
         return kept, gone
 
@@ -236,6 +246,11 @@ class FileChanges(_SnapshotProducer["FileChanges"]):
             previous_summary=previous.summary if previous is not None else None)
 
 
+def _key(f: DataFile, content: ManifestContent):
+    """A manifest entry's identity: a data file's path; a delete file's format_v3.delete_key."""
+    return f.file_path if content == ManifestContent.DATA else delete_key(f)
+
+
 def _with_spec_id(f: DataFile, default: int) -> DataFile:
     """pyiceberg's `DataFile.from_args` drops a `spec_id` argument: a new file without one is in the default spec."""
     try:
@@ -255,7 +270,7 @@ class RowDelta(FileChanges):
 
     def __init__(self, transaction, snapshot_properties: dict[str, str] = EMPTY_DICT,
                  branch: str | None = MAIN_BRANCH) -> None:
-        require_v2(transaction._table)
+        require_row_level(transaction._table)
         super().__init__(transaction, Operation.APPEND, snapshot_properties, branch)
 
     def _commit(self):
@@ -265,18 +280,29 @@ class RowDelta(FileChanges):
 
     def _check_targets_live(self) -> None:
         """Every data file the new deletes name must be live in the snapshot this one builds on (or be
-        added by this one)."""
+        added by this one); a deletion vector must be its file's only one, its previous vector removed."""
         if not self._added_delete_files:
             return
         table = self._transaction._table
         parent = self._parent_snapshot_id
-        live = snapshot_files(table, parent, self._transaction.table_metadata).data if parent is not None else {}
+        files = snapshot_files(table, parent, self._transaction.table_metadata) if parent is not None else None
+        live = files.data if files is not None else {}
         ours = {f.file_path for f in self._added_data_files}  # same sequence number: deletes apply to them too
         for delete_file in self._added_delete_files:
             gone = [p for p in read_position_deletes(self._io, delete_file) if p not in live and p not in ours]
             if gone:
                 raise ValidationException(f"Position deletes name data files that are not live in snapshot "
                                           f"{parent}: {', '.join(sorted(gone)[:3])}")
+        vectors = [referenced_data_file(f) for f in self._added_delete_files if is_deletion_vector(f)]
+        if len(vectors) != len(set(vectors)):
+            raise RowLevelError("two deletion vectors for one data file in one snapshot",
+                                file=sorted(p for p in vectors if vectors.count(p) > 1)[0])
+        removed = {delete_key(f) for f in self._removed_delete_files}
+        for path in vectors:
+            kept = [d for d in (files.delete_files_for(path) if files is not None else ())
+                    if is_deletion_vector(d) and delete_key(d) not in removed]
+            if kept:
+                raise ValidationException(f"a deletion vector for {path} leaves its previous one live")
 
     def _validate_concurrency(self) -> None:
         """pyiceberg's retry re-applies a commit on a newer snapshot: refuse, the keys must be located again."""
@@ -287,8 +313,10 @@ class RowDelta(FileChanges):
 
 
 def row_delta(transaction, data_files: Iterable[DataFile] = (), delete_files: Iterable[DataFile] = (),
-              snapshot_properties: dict[str, str] | None = None, branch: str | None = MAIN_BRANCH) -> RowDelta | None:
-    """Stage one row delta in `transaction` (committed with it); None when there is nothing to commit."""
+              snapshot_properties: dict[str, str] | None = None, branch: str | None = MAIN_BRANCH,
+              removed_delete_files: Iterable[DataFile] = ()) -> RowDelta | None:
+    """Stage one row delta in `transaction` (committed with it); None when there is nothing to commit.
+    `removed_delete_files`: the deletion vectors the new ones replace (merged into them)."""
     data_files, delete_files = list(data_files), list(delete_files)
     if not data_files and not delete_files:
         return None
@@ -297,5 +325,7 @@ def row_delta(transaction, data_files: Iterable[DataFile] = (), delete_files: It
         delta.add_data_file(f)
     for f in delete_files:
         delta.add_delete_file(f)
+    for f in removed_delete_files:
+        delta.remove_delete_file(f)
     delta.commit()
     return delta

@@ -33,6 +33,8 @@ from pyiceberg.manifest import (
 from pyiceberg.table import FileScanTask
 from pyiceberg.utils.concurrent import ExecutorFactory
 
+from router.catalog.format_v3 import delete_key, is_deletion_vector, referenced_data_file
+from router.catalog.puffin import read_vector
 from router.exceptions import RowLevelError
 
 #: Field ids of a position-delete file's columns (Iceberg spec, reserved ids).
@@ -47,7 +49,7 @@ DELETES_CACHE_BYTES = 256 * 1024 * 1024
 
 _lock = threading.Lock()
 _snapshots: LRUCache = LRUCache(maxsize=SNAPSHOT_CACHE_FILES, getsizeof=lambda v: 1 + len(v.data) + len(v.deletes))
-_positions: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES,
+_positions: LRUCache = LRUCache(maxsize=DELETES_CACHE_BYTES,  # by format_v3.delete_key
                                 getsizeof=lambda v: 64 + sum(len(p) + a.nbytes for p, a in v.items()))
 #: Per live data file, the delete files merged last and the sorted union of what they delete: a file's
 #: deletes only accumulate, so the next snapshot merges only the delete files added since. Merging every
@@ -89,7 +91,11 @@ class SnapshotFiles:
 def _targets(d: DataFile, seq: int, files, sequence, by_partition) -> list[str]:
     """Live data files a position-delete file applies to: the scan rule (its partition, a data sequence
     number <= its own) and its file_path bounds. pyiceberg's DeleteFileIndex asks the same with a metrics
-    evaluator, ~60 us a pair: too slow for a per-batch index of tables with many delete files."""
+    evaluator, ~60 us a pair: too slow for a per-batch index of tables with many delete files.
+    A deletion vector (format v3) names its one file in `referenced_data_file`."""
+    referenced = referenced_data_file(d)
+    if referenced is not None:
+        return [referenced] if referenced in files and sequence[referenced] <= seq else []
     lower, upper = (d.lower_bounds or {}).get(FILE_PATH_ID), (d.upper_bounds or {}).get(FILE_PATH_ID)
     try:
         lower, upper = (lower.decode(), upper.decode()) if lower is not None and upper is not None else (None, None)
@@ -160,6 +166,8 @@ def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> Snap
     with _lock:
         found = _snapshots.get((uuid, snapshot.snapshot_id))
         parent = _snapshots.get((uuid, snapshot.parent_snapshot_id)) if found is None else None
+    if parent is not None and snapshot.first_row_id is not None and _first_with_row_ids(metadata, snapshot):
+        parent = None  # its manifest list gave the parent's manifests row ids: their files' first_row_id changed
     if found is None:
         found = (_extend(table, snapshot, parent) if parent is not None else None) or _build(table, snapshot)
         with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
@@ -167,20 +175,33 @@ def snapshot_files(table, snapshot_id: int | None = None, metadata=None) -> Snap
     return found
 
 
+def _first_with_row_ids(metadata, snapshot) -> bool:
+    """Whether `snapshot` is the first to assign row ids (a table upgraded to v3): its parent has none."""
+    parent = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    return parent is None or parent.first_row_id is None
+
+
 # ----------------------------------------------------------------------------- deleted positions
 
-def remember_positions(delete_path: str, positions: Mapping[str, np.ndarray]) -> None:
-    """Seed the cache with a delete file just written (its writer knows its content)."""
+def remember_positions(key: tuple[str, int | None], positions: Mapping[str, np.ndarray]) -> None:
+    """Seed the cache with a delete file just written (its writer knows its content); `key`: its
+    format_v3.delete_key (a deletion vector shares its Puffin file with others)."""
     with _lock, contextlib.suppress(ValueError):  # ValueError: larger than the whole cache
-        _positions[delete_path] = dict(positions)
+        _positions[key] = dict(positions)
 
 
 def read_position_deletes(io, delete_file: DataFile) -> dict[str, np.ndarray]:
-    """data file path -> sorted int64 positions a position-delete file names (cached by path)."""
+    """data file path -> sorted int64 positions a position-delete file or deletion vector names (cached)."""
+    key = delete_key(delete_file)
     path = delete_file.file_path
     with _lock:
-        found = _positions.get(path)
+        found = _positions.get(key)
     if found is not None:
+        return found
+    if is_deletion_vector(delete_file):
+        found = {referenced_data_file(delete_file): read_vector(io, delete_file)}
+        with _lock, contextlib.suppress(ValueError):
+            _positions[key] = found
         return found
     if delete_file.file_format != FileFormat.PARQUET:
         raise RowLevelError("only Parquet position-delete files are read here", file=path,
@@ -189,7 +210,7 @@ def read_position_deletes(io, delete_file: DataFile) -> dict[str, np.ndarray]:
         data = pq.read_table(stream, columns=["file_path", "pos"], read_dictionary=["file_path"])
     found = split_by_path(data.column("file_path"), data.column("pos"))
     with _lock, contextlib.suppress(ValueError):
-        _positions[path] = found
+        _positions[key] = found
     return found
 
 
@@ -222,13 +243,13 @@ def deleted_positions(table, path: str, files: SnapshotFiles | None = None) -> n
     deletes = files.delete_files_for(path)
     if not deletes:
         return np.empty(0, dtype=np.int64)
-    names = frozenset(d.file_path for d in deletes)
+    names = frozenset(delete_key(d) for d in deletes)
     with _lock:
         found = _merged.get(path)
     if found is not None and found[0] == names:
         return found[1]
     done, merged = found if found is not None and found[0] <= names else (frozenset(), None)
-    arrays = [read_position_deletes(table.io, d).get(path) for d in deletes if d.file_path not in done]
+    arrays = [read_position_deletes(table.io, d).get(path) for d in deletes if delete_key(d) not in done]
     arrays = [a for a in arrays + [merged] if a is not None and len(a)]
     if not arrays:
         merged = np.empty(0, dtype=np.int64)
@@ -274,11 +295,11 @@ def live_delete_files(table, files: SnapshotFiles | None = None) -> list[LiveDel
     applied: dict[str, list[DataFile]] = {}
     for path, data_file in files.data.items():
         for d in files.delete_files_for(path):
-            applied.setdefault(d.file_path, []).append(data_file)
+            applied.setdefault(delete_key(d), []).append(data_file)
     out = []
     for delete_file, seq in files.deletes:
         named = read_position_deletes(table.io, delete_file)
-        live = tuple(f for f in applied.get(delete_file.file_path, ()) if f.file_path in named)
+        live = tuple(f for f in applied.get(delete_key(delete_file), ()) if f.file_path in named)
         out.append(LiveDeleteFile(delete_file, seq, {p: int(len(a)) for p, a in named.items()}, live))
     return out
 

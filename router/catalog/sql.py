@@ -234,6 +234,8 @@ class SqlCatalog(_PyicebergSqlCatalog):
             .new_table_metadata_file_location()
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=sort_order, properties=properties)
+        if metadata.format_version >= 3 and metadata.next_row_id is None:  # the spec: a new v3 table starts at 0
+            metadata = metadata.model_copy(update={"next_row_id": 0})
         io = load_file_io(properties=self.properties, location=metadata_location)
         self._write_metadata(metadata, io, metadata_location)
         try:

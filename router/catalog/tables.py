@@ -22,7 +22,7 @@ from pyiceberg.transforms import (
 )
 
 from evolution.backoff import backoff_delay
-from router.catalog import avro_readers, avro_writers, manifest_lists
+from router.catalog import avro_readers, avro_writers, format_v3, manifest_lists
 from router.config import PARTITION_PATTERN, CatalogConfig
 from router.exceptions import ConfigError, ServiceUnavailable
 
@@ -96,6 +96,7 @@ def get_catalog(config: CatalogConfig, create: bool = True):
             avro_readers.install()  # manifest lists and manifests read without re-resolving their schema
             avro_writers.install()  # and written without rebuilding their schemas and writer trees
             manifest_lists.install()  # a parent's manifests from memory when this process wrote the list
+            format_v3.install()  # v3 manifests, manifest lists and row ids (pyiceberg 0.12 writes no v3)
             catalog = _catalogs[key] = config.load(sql_impl="router.catalog.sql.SqlCatalog", create=create)
         return catalog
 

@@ -38,6 +38,7 @@ UNMATCHED_MODES = ("dlq", "drop")
 TOMBSTONE_MODES = ("ignore", "dlq")
 STARTING_OFFSETS = ("earliest", "latest")
 TABLE_MODES = ("append", "upsert")
+FORMAT_VERSIONS = (2, 3)
 TRANSIENT_FILE_CODEC_NAMES = tuple(TRANSIENT_FILE_CODECS)
 CDC_FORMATS = ("debezium",)
 
@@ -205,18 +206,23 @@ def _metrics(data: Any) -> MetricsConfig:
 
 
 TABLES_KEYS = ("auto_create", "default_namespace", "allowed_namespaces", "partition_by", "properties",
-               "case_sensitive", "metadata_columns", "mode", "commit_after")
+               "case_sensitive", "metadata_columns", "mode", "commit_after", "format_version")
 
 
 def _tables(data: Any) -> TablesConfig:
     s = Section(data, "tables", TABLES_KEYS)
+    given = s.mapping("properties").get("format-version")
+    if given is not None and str(given) != str(s.get("format_version", 2)):
+        raise ConfigError(f"tables.properties.format-version: {given!r}; set tables.format_version instead "
+                          "(routes may override it)")
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
                         tuple(s.get("allowed_namespaces", [], list)),
                         _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)),
                         s.choice("mode", "append", TABLE_MODES),
-                        _commit_after(s.get("commit_after"), "tables.commit_after") or EVERY_BATCH)
+                        _commit_after(s.get("commit_after"), "tables.commit_after") or EVERY_BATCH,
+                        _format_version(s.get("format_version", 2, int), "tables.format_version"))
 
 
 def _commit_after(spec: Any, where: str) -> CommitAfter | None:
@@ -229,6 +235,14 @@ def _commit_after(spec: Any, where: str) -> CommitAfter | None:
         spec = {"seconds": spec}
     s = Section(spec, where, ("seconds", "records"))
     return CommitAfter(s.positive("seconds", None, float), s.positive("records", None, int))
+
+
+def _format_version(value: int | None, where: str) -> int | None:
+    """An Iceberg format version icerouter writes (None: not given)."""
+    if value is not None and (isinstance(value, bool) or value not in FORMAT_VERSIONS):
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, FORMAT_VERSIONS))} "
+                          "(3: deletion vectors and row lineage, docs/v3.md)")
+    return value
 
 
 def _partition_by(items: list, where: str) -> tuple[str, ...]:
@@ -248,7 +262,8 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
     for i, item in enumerate(items):
         where = f"routes[{i}]"
         s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
-                                  "partition_by", "mode", "key", "cdc", "sequence_by", "format", "commit_after"))
+                                  "partition_by", "mode", "key", "cdc", "sequence_by", "format", "commit_after",
+                                  "format_version"))
         table = s.get("table", None, str)
         if not table:
             raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
@@ -273,7 +288,8 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
-            write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after")))
+            write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after"),
+            format_version=_format_version(s.get("format_version", None, int), f"{where}.format_version")))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -321,6 +337,13 @@ def _same_mode_per_table(routes: list[RouteConfig]) -> None:
         if (first.write.mode, first.write.key) != (route.write.mode, route.write.key):
             raise ConfigError(f"routes: {first.name!r} and {route.name!r} both feed {route.table} but write it "
                               f"differently ({_how(first)} against {_how(route)})")
+        if first.format_version != route.format_version:
+            raise ConfigError(f"routes: {first.name!r} and {route.name!r} both feed {route.table} but ask for "
+                              f"format_version {_version(first)} and {_version(route)}")
+
+
+def _version(route: RouteConfig) -> str:
+    return str(route.format_version) if route.format_version is not None else "(tables.format_version)"
 
 
 def _how(route: RouteConfig) -> str:

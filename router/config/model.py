@@ -160,6 +160,9 @@ class TablesConfig:
     metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
     mode: str = "append"  # what a route does when it does not say: append | upsert
     commit_after: CommitAfter = EVERY_BATCH  # routes that do not say commit at this cadence
+    # the Iceberg format version of tables icerouter creates: 2, or 3 (deletion vectors and row lineage,
+    # docs/v3.md); a route may say otherwise for its tables; `icerouter maintain` upgrades existing v2 tables
+    format_version: int = 2
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,7 @@ class RouteConfig:
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
     format: ValueFormat = REGISTRY_FORMAT  # how values are read: registry framing, raw, json, connect_json
     commit_after: CommitAfter | None = None  # None: `tables.commit_after`
+    format_version: int | None = None  # the route's tables' Iceberg format version (None: tables.format_version)
 
 
 @dataclass(frozen=True)

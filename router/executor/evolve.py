@@ -39,7 +39,7 @@ from evolution.exceptions import ApplyError
 from evolution.policy import EvolutionPolicy
 from router.catalog import backoff, create_table, load_table
 from router.config import CatalogConfig, TablesConfig
-from router.decisions import SchemaDecision, decide_schema, plan_table
+from router.decisions import SchemaDecision, decide_format, decide_schema, plan_table, wanted_format_version
 from router.table_writes import APPEND, TableWrite
 
 log = logging.getLogger("icerouter.evolve")
@@ -63,8 +63,9 @@ class TableDecision:
 def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                  incoming: dict[int, Schema | MappedSchema], policy: EvolutionPolicy,
                  partition_by: Sequence[str] | None = None, write: TableWrite = APPEND,
-                 key: Sequence[str] | None = None) -> TableDecision:
-    """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions."""
+                 key: Sequence[str] | None = None, format_version: int | None = None) -> TableDecision:
+    """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions.
+    `format_version`: the route's (None: ``tables.format_version``), for a table created here."""
     case_sensitive = tables.case_sensitive
     try:
         table = load_table(catalog, table_id)
@@ -94,9 +95,10 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                 for d in decision.per_schema.values():
                     d.action, d.reason = "dlq", f"table {table_id} does not exist and tables.auto_create is off"
                 return decision
+            created = decide_format(None, wanted_format_version(tables.format_version, format_version))
             decision.table = create_table(catalog, table_id, plan.target,
                                           partition_by if partition_by is not None else tables.partition_by,
-                                          tables.properties)
+                                          {**tables.properties, "format-version": str(created.wanted)})
             decision.changes.append(f"created {table_id}")
             table = decision.table
             metadata = table.metadata

@@ -371,7 +371,8 @@ class PartitionWriter:
             if not items:
                 return
             t0 = time.perf_counter()
-            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by)
+            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
+                                    format_version=route.format_version)
             t1 = time.perf_counter()
             self.timings["evolve"] += t1 - t0
             result.changes += decision.changes

@@ -81,7 +81,7 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
             incoming.setdefault(item.schema_id, item.iceberg_schema)
     t0 = time.perf_counter()
     decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
-                            route.write, key) if incoming else None
+                            route.write, key, route.format_version) if incoming else None
     t1 = time.perf_counter()
     writer.timings["evolve"] += t1 - t0
     table = decision.table if decision is not None else _existing(writer, table_id, items, key)

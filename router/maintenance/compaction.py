@@ -8,6 +8,11 @@ rows) and re-validates against concurrent writers: an append landing meanwhile
 is kept, a replaced file that is no longer live aborts the compaction and
 leaves the table unchanged.
 
+On a format v3 table the rewritten rows keep their row lineage: each row's
+``_row_id`` and ``_last_updated_sequence_number`` (stored, else inherited from its
+old file) are written into the new files (router/catalog/lineage.py), and the
+deletion vectors of the rewritten files leave with them.
+
 Tables with position deletes (upserts, change streams) are compacted too: the
 rewritten files have the deletes applied, and the delete files left naming only
 rewritten (or no longer live) data files leave in the same snapshot. A file
@@ -47,6 +52,8 @@ from router.catalog.reachable import drop_unlisted_manifests
 from router.catalog.row_delta import FileChanges
 from router.catalog.snapshot_files import SnapshotFiles, deleted_counts, live_delete_files, snapshot_files
 from router.catalog.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
+from router.catalog.format_v3 import first_row_id
+from router.catalog.lineage import lineage_of, stored_lineage_columns, tracks_lineage, with_lineage
 from router.catalog.sql import StagedTransaction
 from router.exceptions import CompactionConflict, MaintenanceError, RowLevelError
 from router.progress import held_summaries
@@ -222,7 +229,8 @@ class CompactionResult:
     removed_delete_files: list[str] = field(default_factory=list)  # position-delete files dropped
 
 
-def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBatch]:
+def _stream_files(table, tasks: Sequence[FileScanTask],
+                  sequences: Mapping[str, int] | None = None) -> Iterator[pa.RecordBatch]:
     """The tasks' rows a batch at a time, one file after the other, projected to the current schema
     with their position deletes applied: pyiceberg's scan rules (projection by field id, name
     mapping, identity-partition values of columns a file lacks, the positions to skip), another reader.
@@ -231,6 +239,9 @@ def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBat
     per-file scanner reads ahead of a slower consumer: compacting the fan-in table's 97 MiB files
     (5.2 million rows, ~3 GB in Arrow), a driver held 2.6 GB of Arrow. ``iter_batches`` holds
     one row group's pages and a batch of it (benchmarks/compaction_memory.json).
+
+    `sequences` (data file path -> data sequence number): the table tracks row lineage (v3), and
+    each batch ends with the rows' ``_row_id`` and ``_last_updated_sequence_number``.
     """
     metadata, schema = table.metadata, table.schema()
     downcast = metadata.format_version <= 2  # as a scan: v3 keeps nanosecond timestamps
@@ -238,6 +249,9 @@ def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBat
     wanted = {i for i in schema.field_ids if not isinstance(schema.find_type(i), (MapType, ListType))}  # as ArrowScan
     for task in tasks:
         if task.file.file_format != FileFormat.PARQUET:  # ORC from other writers: pyiceberg reads it, a file at a time
+            if sequences is not None:
+                raise MaintenanceError("rewriting a v3 table's non-Parquet files would lose their row lineage",
+                                       table=_name(table), file=task.file.file_path)
             yield from ArrowScan(metadata, table.io, schema, AlwaysTrue())._record_batches_from_scan_tasks_and_deletes(
                 [task], deletes)
             continue
@@ -249,16 +263,25 @@ def _stream_files(table, tasks: Sequence[FileScanTask]) -> Iterator[pa.RecordBat
                                                     file_schema.field_ids)
             projected = prune_columns(file_schema, wanted, select_full_types=False)
             positions = deletes.get(task.file.file_path)
+            stored = stored_lineage_columns(parquet.schema_arrow) if sequences is not None else {}
             start = 0
             for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, use_threads=False,
-                                              columns=[c.name for c in projected.columns]):
+                                              columns=[c.name for c in projected.columns] + list(stored.values())):
                 end = start + batch.num_rows
+                lineage = None
+                if sequences is not None:
+                    lineage = lineage_of(batch, start, first_row_id(task.file), sequences[task.file.file_path],
+                                         stored)
+                    batch = batch.select([c.name for c in projected.columns])
                 if positions:
-                    batch = batch.take(_combine_positional_deletes(positions, start, end))
+                    keep = _combine_positional_deletes(positions, start, end)
+                    batch = batch.take(keep)
+                    lineage = tuple(a.take(keep) for a in lineage) if lineage is not None else None
                 start = end
                 if batch.num_rows:
-                    yield _to_requested_schema(schema, projected, batch, downcast_ns_timestamp_to_us=downcast,
-                                               projected_missing_fields=missing, allow_timestamp_tz_mismatch=True)
+                    rows = _to_requested_schema(schema, projected, batch, downcast_ns_timestamp_to_us=downcast,
+                                                projected_missing_fields=missing, allow_timestamp_tz_mismatch=True)
+                    yield rows if lineage is None else with_lineage(rows, *lineage)
 
 
 def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buffer_bytes: int) -> RollingWriter:
@@ -271,8 +294,14 @@ def _write_group(table, group: CompactionGroup, target_file_size_bytes: int, buf
     writer = RollingWriter(table, target_file_size_bytes, buffer_bytes=buffer_bytes)
     deletes = group.deletes or ((),) * len(group.files)
     tasks = [FileScanTask(f, delete_files=set(d)) for f, d in zip(group.files, deletes)]
+    sequences = None
+    if tracks_lineage(table.metadata):  # the rows keep their row lineage (catalog/lineage.py)
+        live = snapshot_files(table).sequence
+        if any(f.file_path not in live for f in group.files):
+            raise CompactionConflict("a planned file is no longer live", table=_name(table))
+        sequences = {f.file_path: live[f.file_path] for f in group.files}
     try:
-        for batch in _stream_files(table, tasks):
+        for batch in _stream_files(table, tasks, sequences):
             writer.write(batch)
         writer.close()
     except FileNotFoundError as exc:  # another maintenance run replaced and expired it meanwhile
@@ -320,7 +349,7 @@ def compact(table, groups: Sequence[CompactionGroup], target_file_size_bytes: in
         delete_quietly(table.io, [f.file_path for f in new])
         raise
     result.snapshot_id = producer.snapshot_id
-    result.removed_delete_files = sorted(f.file_path for f in producer._removed_delete_files)
+    result.removed_delete_files = sorted({f.file_path for f in producer._removed_delete_files})
     result.files_removed, result.files_added = len(old), len(new)
     result.bytes_removed = sum(f.file_size_in_bytes for f in old)
     result.bytes_added = sum(f.file_size_in_bytes for f in new)

@@ -1,17 +1,29 @@
-"""Maintenance of one table and of many: expire -> compact -> expire -> orphans; the job's scheduler."""
+"""Maintenance of one table and of many: (format upgrade) -> expire -> compact -> expire -> orphans; the job's scheduler.
+
+`icerouter maintain` also upgrades a v2 table whose routes ask for format_version 3 (the
+decision is router.decisions.decide_format, the one `plan` shows and the job creates tables by);
+the job's own scheduled maintenance does not: an upgrade is the operator's step.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pyiceberg.table.update import AssertTableUUID
+
 from router.catalog import get_catalog, snapshots_to_expire
+from router.catalog.format_v3 import UpgradeToV3
 from router.catalog.merge_small import merge_candidate_limit
+from router.catalog.sql import StagedTransaction
 from router.config import MaintenanceConfig, RouterConfig
+from router.decisions import decide_format, wanted_format_version
+from router.routing.routes import TEMPLATE_PATTERN, RoutingTable
 from router.exceptions import CompactionConflict, UnsupportedLocation
 from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
 from router.maintenance.files import delete_unreferenced, expire, metadata_file_count, remove_orphans
@@ -40,6 +52,8 @@ class MaintenanceReport:
     planned_groups: list[CompactionGroup] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     replaced_deleted: list[str] = field(default_factory=list)  # files earlier compactions replaced (job only)
+    format_version_before: int = 0
+    format_version_after: int = 0
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -54,14 +68,36 @@ def _data_stats(table) -> tuple[int, int, int]:
             int(summary.get("total-delete-files") or 0))
 
 
+def upgrade_format(table, version: int) -> None:
+    """Commit the table's upgrade to `version` (3): metadata only, its files stay as they are."""
+    if version != 3:
+        raise ValueError(f"icerouter upgrades tables to format v3, not v{version}")
+    tx = StagedTransaction(table)
+    tx._apply((UpgradeToV3(),), (AssertTableUUID(uuid=table.metadata.table_uuid),))
+    tx.commit_transaction()
+
+
 def maintain_table(table, config: MaintenanceConfig, dry_run: bool = False, orphans: bool = True,
-                   clock: Callable[[], float] = time.time) -> MaintenanceReport:
-    """expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run).
+                   clock: Callable[[], float] = time.time, format_version: int | None = None) -> MaintenanceReport:
+    """(upgrade) -> expire -> compact -> expire the replaced snapshots -> remove orphans (or only plan, dry_run).
 
     ``clock`` dates the orphan cut-off (object stores keep the server's write time, which
-    cannot be back-dated, so tests move the clock instead)."""
+    cannot be back-dated, so tests move the clock instead). ``format_version``: the version the
+    table's routes ask for (None: the format is left alone)."""
     started = time.perf_counter()
     report = MaintenanceReport(_name(table), dry_run)
+    report.format_version_before = report.format_version_after = int(table.metadata.format_version)
+    if format_version is not None:
+        decision = decide_format(report.format_version_before, format_version)
+        if decision.action == "upgrade" and not dry_run:
+            upgrade_format(table, decision.wanted)
+            table.refresh()
+            report.format_version_after = int(table.metadata.format_version)
+            report.notes.append(f"upgraded: {decision.note}")
+        elif decision.action == "upgrade":
+            report.notes.append(f"would upgrade: {decision.note}")
+        elif decision.note:
+            report.notes.append(decision.note)
     report.files_before, report.bytes_before, report.delete_files_before = _data_stats(table)
     report.snapshots_before = len(table.metadata.snapshots)
     report.metadata_files_before = metadata_file_count(table)
@@ -112,13 +148,30 @@ def list_tables(catalog, pattern: str = "*") -> list[str]:
     return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
 
 
+def routed_format_version(config: RouterConfig, table: str) -> int | None:
+    """The format version the routes that can name `table` ask for (the first such route's, else
+    ``tables.format_version``); None when no route names it (the dead-letter table, others' tables)."""
+    routing = RoutingTable(config.routes, config.tables, config.dlq)
+    for route in routing.routes:
+        template = route.table_template if "." in route.table_template \
+            else f"{routing.default_namespace}.{route.table_template}"
+        pattern, last = "", 0
+        for m in TEMPLATE_PATTERN.finditer(template):
+            pattern += re.escape(template[last:m.start()]) + r"[a-z0-9_]+"
+            last = m.end()
+        if re.fullmatch(pattern + re.escape(template[last:]), table):
+            return wanted_format_version(config.tables.format_version, route.format_version)
+    return None
+
+
 def maintain_command(config: RouterConfig, table_pattern: str = "*", dry_run: bool = False) -> str:
     """`icerouter maintain`: maintain every matching table; one failure does not stop the others."""
-    catalog = config.catalog.load()
+    catalog = get_catalog(config.catalog)  # icerouter's catalog and writers: they commit v3 tables
     reports = []
     for name in list_tables(catalog, table_pattern):
         try:
-            reports.append(maintain_table(catalog.load_table(name), config.maintenance, dry_run=dry_run))
+            reports.append(maintain_table(catalog.load_table(name), config.maintenance, dry_run=dry_run,
+                                          format_version=routed_format_version(config, name)))
         except Exception as exc:
             log.warning("maintenance of %s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             reports.append(MaintenanceReport(name, dry_run, error=f"{type(exc).__name__}: {exc}"))

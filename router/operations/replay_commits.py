@@ -129,7 +129,8 @@ def commit_target(config: RouterConfig, result: TableResult, taken: dict[str, li
             summary = {"icerouter.replay": str(len(data_files)), **carried_progress(table),
                        prop: json.dumps(ledger.with_replayed(taken, superseded))}
             if deletes or result.upsert is not None:
-                row_delta(tx, data_files, deletes, snapshot_properties=summary)
+                row_delta(tx, data_files, deletes, snapshot_properties=summary,
+                          removed_delete_files=getattr(deletes, "replaced", ()))
             else:
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in data_files:

@@ -31,7 +31,7 @@ from registry.exceptions import RegistryError, SchemaNotFound
 from router.changes.envelope import key_columns_from_kafka_keys, key_columns_from_key_schema, missing_key_reason
 from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
-from router.decisions import plan_table, resolve_policy, table_view
+from router.decisions import decide_format, plan_table, resolve_policy, table_view, wanted_format_version
 from router.exceptions import ConfigError, RouteError
 from router.planning.inputs import (
     AVRO, JSON_SCHEMA, SCHEMA_SUFFIXES, SchemaInput, detect_schema_type, file_subject, load_schema_file,
@@ -71,6 +71,7 @@ class Target:
     topic: str | None = None
     write: TableWrite = APPEND  # append, or upsert by key (router/table_writes.py)
     refusal: tuple[str, str] | None = None
+    format_version: int | None = None  # the route's format_version (None: tables.format_version)
 
 
 class Planner:
@@ -112,7 +113,7 @@ class Planner:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
                                 self.config.tables.auto_create)
         return Target(table, policy, route.columns if route else None, route.name if route else None, topic,
-                      route.write if route else APPEND)
+                      route.write if route else APPEND, format_version=route.format_version if route else None)
 
     def refused(self, table: str, topic: str | None, kind: str, reason: str, route: Any = None) -> Target:
         return replace(self.target(table, topic or "", route), refusal=(kind, reason))
@@ -220,8 +221,20 @@ class Planner:
             return self.refusal_plan(None, target, "invalid_schema", schema.problem)
         if target.refusal is not None:
             return self.refusal_plan(None, target, *target.refusal)
-        return self.plan(catalog.current(target.table), schema.mapped.schema, target, schema_type=schema.kind,
+        plan = self.plan(catalog.current(target.table), schema.mapped.schema, target, schema_type=schema.kind,
                          schema_str=schema.text, source=schema.source)
+        return self.with_format(plan, catalog.format_version(target.table), target)
+
+    def with_format(self, plan: EvolutionPlan, current: int | None, target: Target) -> EvolutionPlan:
+        """The plan with the table's format change (router.decisions.decide_format, the job's and
+        maintain's rule): an upgrade of an existing table, or the version a new table is created at."""
+        if plan.blocked:
+            return plan
+        decision = decide_format(current, wanted_format_version(self.config.tables.format_version,
+                                                                target.format_version))
+        if decision.action in ("upgrade", "refuse") or (decision.action == "create" and decision.wanted != 2):
+            return replace(plan, notes=plan.notes + (f"table format: {decision.note}",))
+        return plan
 
 
 def _template_matches(template: str, table: str, topic: str, default_namespace: str) -> bool:

@@ -82,8 +82,17 @@ class CatalogReader:
 
     def current(self, identifier: str) -> Schema | None:
         """The table's schema, None when it does not exist yet."""
+        table = self._load(identifier)
+        return table.schema() if table is not None else None
+
+    def format_version(self, identifier: str) -> int | None:
+        """The table's Iceberg format version, None when it does not exist yet."""
+        table = self._load(identifier)
+        return int(table.metadata.format_version) if table is not None else None
+
+    def _load(self, identifier: str):
         try:
-            return self.catalog.load_table(identifier).schema()
+            return self.catalog.load_table(identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
         except Exception as exc:

@@ -75,6 +75,7 @@ class CompiledRoute:
     placeholders: tuple[str, ...] = field(default=())
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
     format: ValueFormat = REGISTRY_FORMAT  # how the topic's values are read (registry/formats.py)
+    format_version: int | None = None  # Iceberg format version of the tables it creates (None: tables')
 
     @property
     def header_names(self) -> tuple[str, ...]:
@@ -111,6 +112,7 @@ def compile_route(route: RouteConfig) -> CompiledRoute:
         placeholders=tuple(m.group(1) for m in TEMPLATE_PATTERN.finditer(route.table)),
         write=route.write,
         format=route.format,
+        format_version=route.format_version,
     )
 
 

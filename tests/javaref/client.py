@@ -65,14 +65,19 @@ class JavaReader:
             raise JavaReaderError(answer["error"])
         return answer
 
-    def read_metadata(self, metadata: str) -> list[dict]:
-        """The rows of the table whose metadata file this is (already canonical)."""
-        return self._ask({"op": "read", "metadata": metadata})["rows"]
+    def read_metadata(self, metadata: str, columns: list[str] | None = None) -> list[dict]:
+        """The rows of the table whose metadata file this is (already canonical); `columns`: only
+        those, metadata columns such as ``_row_id`` included."""
+        request = {"op": "read", "metadata": metadata}
+        if columns:
+            request["columns"] = list(columns)
+        return self._ask(request)["rows"]
 
-    def read(self, table) -> list[dict]:
+    def read(self, table, columns: list[str] | None = None) -> list[dict]:
         """A pyiceberg Table's current snapshot, read by Java Iceberg from its metadata file."""
         location = table.metadata_location
-        return self.read_metadata(location[len("file://"):] if location.startswith("file://") else location)
+        return self.read_metadata(location[len("file://"):] if location.startswith("file://") else location,
+                                  columns)
 
     def sql(self, *statements: str) -> list[dict]:
         """Run statements (catalog ``javaref``: a Hadoop catalog on the warehouse); the last one's rows."""

@@ -5,7 +5,8 @@ requests come as JSON lines on stdin, answers go as JSON lines on the original s
 (the JVM's own output goes to stderr). Requests:
 
 - ``{"op": "read", "metadata": ".../metadata/00003-....metadata.json"}``: the table's current
-  snapshot, read by Iceberg's Spark source from its metadata file (no catalog).
+  snapshot, read by Iceberg's Spark source from its metadata file (no catalog); with
+  ``"columns": [...]`` those columns only, Iceberg's metadata columns included.
 - ``{"op": "sql", "statements": [...]}``: statements on the session, whose ``javaref`` catalog is a
   Hadoop catalog on ``--warehouse``; answers the last statement's rows.
 
@@ -100,6 +101,8 @@ def _session(jars: list[str], warehouse: str):
 def _answer(spark, request: dict) -> dict:
     if request["op"] == "read":
         df = spark.read.format("iceberg").load(request["metadata"])
+        if request.get("columns"):  # metadata columns too (`_row_id`, `_last_updated_sequence_number`)
+            df = df.select(*request["columns"])
     elif request["op"] == "sql":
         df = None
         for statement in request["statements"]:

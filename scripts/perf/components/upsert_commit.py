@@ -111,7 +111,7 @@ def _forget(table) -> None:
     with files._lock:
         for key in [k for k in files._snapshots if k[0] == uuid]:
             del files._snapshots[key]
-        for key in [k for k in files._positions if k.startswith(location)]:
+        for key in [k for k in files._positions if k[0].startswith(location)]:  # (path, blob offset)
             del files._positions[key]
         for key in [k for k in files._merged if k.startswith(location)]:
             del files._merged[key]

@@ -1,0 +1,228 @@
+"""Format v3 tables on icerouter's SQLite and PostgreSQL catalogs: row ids assigned by every commit,
+deletion vectors (one live vector per data file, merged, never position-delete files), the upgrade of
+a v2 table, the manifests' v3 fields as written on disk (read with fastavro, apart from pyiceberg)."""
+
+from __future__ import annotations
+
+import json
+
+import fastavro
+import pyarrow as pa
+import pytest
+from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from router.catalog import create_table, get_catalog, load_table
+from router.catalog.commit import replaced_rows
+from router.catalog.datafiles import write_data_files
+from router.catalog.deletes import write_position_deletes
+from router.catalog.format_v3 import first_row_id, referenced_data_file
+from router.catalog.locate import locate_keys
+from router.catalog.row_delta import row_delta
+from router.catalog.snapshot_files import deleted_positions, snapshot_files
+from router.catalog.sql import StagedTransaction
+from router.config import CatalogConfig
+from router.descriptors import UpsertWork
+from router.devstack.catalog import postgres_catalog_properties, sqlite_catalog_properties
+from router.exceptions import RowLevelError
+from router.maintenance.run import upgrade_format
+from tests.duckdb_reader import read_iceberg
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "body", StringType(), required=False),
+                identifier_field_ids=[1])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def config(request, tmp_path, unique_name) -> CatalogConfig:
+    if request.param == "sqlite":
+        props = sqlite_catalog_properties(str(tmp_path))
+    else:
+        props = postgres_catalog_properties(request.getfixturevalue("postgres_uri"), str(tmp_path))
+    return CatalogConfig(unique_name("v3"), props)
+
+
+def rows(ids, tag: str) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "body": [f"{tag}:{i}" for i in ids]},
+                    schema=pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("body", pa.string())]))
+
+
+def append(table, data: pa.Table) -> None:
+    files = write_data_files(table, data)
+    with StagedTransaction(table) as tx:
+        with tx.update_snapshot().merge_append() as app:
+            for f in files:
+                app.append_data_file(f)
+
+
+def upsert(table, data: pa.Table, deleted=()) -> list:
+    """The job's upsert commit (catalog/commit.py replaced_rows + one row delta)."""
+    keys = pa.table({"id": pa.concat_arrays([data.column("id").combine_chunks(), pa.array(list(deleted), pa.int64())])})
+    files = write_data_files(table, data)
+    deletes = replaced_rows(table, UpsertWork(("id",), keys), files)
+    with StagedTransaction(table) as tx:
+        row_delta(tx, files, deletes, removed_delete_files=deletes.replaced)
+    return deletes
+
+
+def avro(path: str) -> tuple[dict, list[dict]]:
+    with open(path.removeprefix("file://"), "rb") as f:
+        reader = fastavro.reader(f)
+        return dict(reader.metadata), list(reader)
+
+
+def live(table) -> dict[int, str]:
+    got = {r["id"]: r["body"] for r in table.scan().to_arrow().to_pylist()}
+    assert len(got) == table.scan().to_arrow().num_rows, "a key holds two live rows"
+    return got
+
+
+def test_every_commit_assigns_row_ids(config, unique_name):
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "3"})
+    assert table.metadata.format_version == 3 and table.metadata.next_row_id == 0
+    for batch in range(3):
+        append(table, rows(range(batch * 10, batch * 10 + 10 + batch), "a"))
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    snapshots = table.metadata.snapshots
+    assert [(s.first_row_id, s.added_rows) for s in snapshots] == [(0, 10), (10, 11), (21, 12)]
+    assert table.metadata.next_row_id == 33
+    with open(table.metadata_location.removeprefix("file://")) as f:
+        written = json.load(f)
+    assert written["format-version"] == 3 and written["next-row-id"] == 33
+    assert [(s["first-row-id"], s["added-rows"]) for s in written["snapshots"]] == [(0, 10), (10, 11), (21, 12)]
+    meta, manifests = avro(snapshots[-1].manifest_list)
+    assert meta["format-version"] == "3" and meta["first-row-id"] == "21"
+    # the new manifest got the snapshot's first row id; the earlier ones keep theirs
+    assert sorted(m["first_row_id"] for m in manifests) == [0, 10, 21]
+    # data files inherit theirs (null on disk, assigned on read), delete files never have one
+    files = snapshot_files(table)
+    assert sorted(first_row_id(f) for f in files.data.values()) == [0, 10, 21]
+    for m in manifests:
+        meta, entries = avro(m["manifest_path"])
+        assert meta["format-version"] == "3"
+        assert all(e["data_file"]["first_row_id"] is None for e in entries)
+
+
+def test_an_upsert_writes_one_deletion_vector_per_file_merged_with_the_last(config, unique_name):
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "3"})
+    append(table, rows(range(0, 50), "v0"))
+    append(table, rows(range(50, 100), "v0"))
+    first = upsert(table, rows([1, 2, 60], "v1"), deleted=[3])
+    assert first.rows == 4 and not first.replaced
+    assert all(d.file_format == FileFormat.PUFFIN and d.content == DataFileContent.POSITION_DELETES for d in first)
+    assert len({d.file_path for d in first}) == 1 and len(first) == 2  # one Puffin file, a vector per data file
+    second = upsert(table, rows([4, 1], "v2"))
+    table.refresh()
+    files = snapshot_files(table)
+    vectors = [d for d, _ in files.deletes]
+    assert {d.file_format for d in vectors} == {FileFormat.PUFFIN}
+    # the old data file's vector was replaced by one holding its old and new positions
+    old_file = next(p for p, f in files.data.items() if f.record_count == 50 and first_row_id(f) == 0)
+    assert [d for d in vectors if referenced_data_file(d) == old_file] == [second[0]] and second.replaced
+    assert list(deleted_positions(table, old_file, files)) == [1, 2, 3, 4]
+    counts: dict[str, int] = {}
+    for d in vectors:
+        counts[referenced_data_file(d)] = counts.get(referenced_data_file(d), 0) + 1
+    assert set(counts.values()) == {1}, "a data file has more than one live deletion vector"
+    # the v3 fields of the entries as written (fastavro, not pyiceberg)
+    entries = [e for m in table.current_snapshot().manifests(table.io) if m.content == 1
+               for e in avro(m.manifest_path)[1] if e["status"] != 2]
+    for e in entries:
+        df = e["data_file"]
+        assert df["file_format"] == "PUFFIN" and df["content"] == 1 and df["referenced_data_file"]
+        with open(df["file_path"].removeprefix("file://"), "rb") as f:
+            f.seek(df["content_offset"])
+            blob = f.read(df["content_size_in_bytes"])
+        assert blob[4:8] == bytes.fromhex("D1D33964") and df["first_row_id"] is None
+    expected = {i: "v0:" + str(i) for i in range(100) if i != 3}
+    expected.update({1: "v2:1", 2: "v1:2", 60: "v1:60", 4: "v2:4"})
+    assert live(table) == expected
+    summary = table.current_snapshot().summary
+    assert summary["total-position-deletes"] == str(sum(d.record_count for d in vectors))
+
+
+def test_position_delete_files_are_refused_on_v3_and_vectors_on_v2(config, unique_name):
+    v3 = create_table(config, f"{unique_name('ns')}.t3", SCHEMA, properties={"format-version": "3"})
+    append(v3, rows(range(10), "a"))
+    located = locate_keys(v3, pa.table({"id": pa.array([1], pa.int64())}), ["id"])
+    with pytest.raises(RowLevelError, match="v2 table"):
+        write_position_deletes(v3, located.select(["file_path", "pos"]))
+    v2 = create_table(config, f"{unique_name('ns')}.t2", SCHEMA, properties={"format-version": "2"})
+    append(v2, rows(range(10), "a"))
+    vectors = upsert(v3, rows([1], "b"))
+    with pytest.raises(RowLevelError, match="v3 table takes deletion vectors"):
+        with StagedTransaction(v2) as tx:
+            row_delta(tx, (), vectors)
+
+
+def test_a_v2_table_upgraded_keeps_its_position_deletes_and_then_writes_vectors(config, unique_name):
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "2"})
+    append(table, rows(range(0, 40), "v0"))
+    v2_deletes = upsert(table, rows([1, 2], "v1"), deleted=[5])
+    assert {d.file_format for d in v2_deletes} == {FileFormat.PARQUET}
+    before = live(table)
+    history = [(s.snapshot_id, s.manifest_list) for s in table.metadata.snapshots]
+
+    upgrade_format(table, 3)
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    assert table.metadata.format_version == 3 and table.metadata.next_row_id == 0
+    assert [(s.snapshot_id, s.manifest_list) for s in table.metadata.snapshots] == history
+    assert all(s.first_row_id is None for s in table.metadata.snapshots)
+    assert live(table) == before  # the position deletes still apply
+    assert sorted(read_iceberg(table).column("id").to_pylist()) == sorted(before)
+
+    third = upsert(table, rows([1, 7], "v2"))
+    assert {d.file_format for d in third} == {FileFormat.PUFFIN}
+    table.refresh()
+    files = snapshot_files(table)
+    old = next(p for p, f in files.data.items() if f.record_count == 40)
+    # the vector holds the upgraded file's old position deletes too (the spec: it replaces them)
+    vector = next(d for d in files.delete_files_for(old) if d.file_format == FileFormat.PUFFIN)
+    from router.catalog.snapshot_files import read_position_deletes
+    assert list(read_position_deletes(table.io, vector)[old]) == [1, 2, 5, 7]
+    # the first commit after the upgrade gave every data file row ids, existing ones included
+    snapshot = table.current_snapshot()
+    assert snapshot.first_row_id == 0 and snapshot.added_rows >= sum(f.record_count for f in files.data.values())
+    assert all(first_row_id(f) is not None for f in files.data.values())
+    ids = sorted((first_row_id(f), f.record_count) for f in files.data.values())
+    assert all(a + n <= b for (a, n), (b, _) in zip(ids, ids[1:])), "row id ranges overlap"
+    assert live(table) == {**before, 1: "v2:1", 7: "v2:7"}
+
+
+def test_the_catalogs_reject_a_v3_table_without_our_writers():
+    """pyiceberg's own metadata writer refuses v3: the tables must be made through icerouter's catalog."""
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.table.sorting import SortOrder
+
+    metadata = new_table_metadata(SCHEMA, PartitionSpec(), SortOrder(), "file:///x", {"format-version": "3"})
+    with pytest.raises(NotImplementedError):
+        metadata.model_dump_json()
+    from router.catalog.metadata_files import metadata_json
+
+    assert json.loads(metadata_json(metadata.model_copy(update={"next_row_id": 0})))["next-row-id"] == 0
+
+
+def test_pyiceberg_has_no_row_lineage_columns_where_duckdb_reads_them(config, unique_name):
+    """The reader table of docs/v3.md: pyiceberg 0.12 refuses `_row_id` (it has no metadata columns),
+    while DuckDB reads the row ids of the same metadata file: the limit is pyiceberg's, not the table's."""
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "3"})
+    append(table, rows(range(0, 5), "a"))
+    append(table, rows(range(5, 8), "b"))
+    upsert(table, rows([1], "c"))
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    from tests.duckdb_reader import connect
+
+    con = connect()
+    try:
+        got = con.execute(f"SELECT id, _row_id, _last_updated_sequence_number FROM "
+                          f"iceberg_scan('{table.metadata_location.removeprefix('file://')}') ORDER BY id").fetchall()
+    finally:
+        con.close()
+    # the first batch's rows are ids 0-4 of sequence 1, the second's 5-7 of sequence 2; key 1's new image is a
+    # new row of the upsert's snapshot (sequence 3), with the id after them
+    assert got == [(0, 0, 1), (1, 8, 3), (2, 2, 1), (3, 3, 1), (4, 4, 1), (5, 5, 2), (6, 6, 2), (7, 7, 2)]
+    with pytest.raises(ValueError, match="_row_id"):
+        table.scan(selected_fields=("id", "_row_id")).to_arrow()
+    assert sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) == list(range(8))
