@@ -57,7 +57,7 @@ from pyiceberg.manifest import DataFile, FileFormat, ManifestContent, ManifestEn
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
 
-from router.catalog.datafiles import RollingWriter
+from router.catalog.rolling import RollingWriter
 from router.catalog.row_delta import FileChanges
 from router.catalog.tables import delete_quietly
 from router.config.model import TRANSIENT_FILE_CODECS
