@@ -131,11 +131,13 @@ class TablesConfig:
     auto_create: bool = True
     default_namespace: str = "raw"
     allowed_namespaces: tuple[str, ...] = ()
-    partition_by: tuple[str, ...] = ()
+    # the layout of the tables (route settings win); None: tables keep the spec / order they have
+    partition_by: tuple[str, ...] | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     case_sensitive: bool = True
     metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
     mode: str = "append"  # what a route does when it does not say: append | upsert
+    sort_by: tuple[str, ...] | None = None  # sort order of the tables' data files (evolution/layout.py)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ class RouteConfig:
     partition_by: tuple[str, ...] | None = None
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
     format: ValueFormat = REGISTRY_FORMAT  # how values are read: registry framing, raw, json, connect_json
+    sort_by: tuple[str, ...] | None = None  # overrides tables.sort_by
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,11 @@ from pyiceberg.schema import Schema
 from evolution.apply import apply_plan
 from evolution.changes import MappedSchema
 from evolution.exceptions import ApplyError
+from evolution.layout import Layout, TableLayout
 from evolution.policy import EvolutionPolicy
 from router.catalog import backoff, create_table, load_table
 from router.config import CatalogConfig, TablesConfig
-from router.decisions import SchemaDecision, decide_schema, plan_table
+from router.decisions import SchemaDecision, decide_schema, plan_table, table_layout
 from router.table_writes import APPEND, TableWrite
 
 log = logging.getLogger("icerouter.evolve")
@@ -62,10 +63,14 @@ class TableDecision:
 
 def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
                  incoming: dict[int, Schema | MappedSchema], policy: EvolutionPolicy,
-                 partition_by: Sequence[str] | None = None, write: TableWrite = APPEND,
+                 route_layout: Layout | None = None, write: TableWrite = APPEND,
                  key: Sequence[str] | None = None) -> TableDecision:
-    """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions."""
+    """Make `table_id` ready for the writable schemas in `incoming`; returns the decisions.
+
+    `route_layout`: the route's own partition_by / sort_by (``tables`` fills what it leaves unset);
+    the table's layout is planned and applied with its columns, under the same policy."""
     case_sensitive = tables.case_sensitive
+    layout = table_layout(tables, *((route_layout.partition_by, route_layout.sort_by) if route_layout else ()))
     try:
         table = load_table(catalog, table_id)
         metadata = table.metadata  # one read: another thread may refresh the cached handle in place
@@ -73,7 +78,7 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
     except NoSuchTableError:
         table, metadata, current = None, None, None
 
-    settled = _settled_key(metadata, table_id, incoming, policy, case_sensitive, write, key)
+    settled = _settled_key(metadata, table_id, incoming, policy, case_sensitive, write, key, layout)
     with _settled_lock:
         hit = _settled.get(settled) if settled is not None else None
     if hit is not None and all(a is b for a, b in zip(hit[0], incoming.values())):
@@ -81,22 +86,22 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
 
     decision = TableDecision(table)
     for attempt in range(SCHEMA_COMMIT_ATTEMPTS):
-        decision.per_schema = {sid: decide_schema(current, s, policy, case_sensitive, table_id, write, key)
-                               for sid, s in incoming.items()}
+        shape = TableLayout.of(metadata) if metadata is not None else None
+        decision.per_schema = {sid: decide_schema(current, s, policy, case_sensitive, table_id, write, key,
+                                                  layout, shape) for sid, s in incoming.items()}
         writable = [_without(incoming[sid], d.drop_columns) for sid, d in decision.per_schema.items()
                     if d.action == "write"]
         if not writable:
-            _settle(metadata, table_id, incoming, policy, case_sensitive, write, key, decision)
+            _settle(metadata, table_id, incoming, policy, case_sensitive, write, key, layout, decision)
             return decision
-        plan = plan_table(current, writable, policy, case_sensitive, table_id, write, key)
+        plan = plan_table(current, writable, policy, case_sensitive, table_id, write, key, layout, shape)
         if current is None:
             if not tables.auto_create:
                 for d in decision.per_schema.values():
                     d.action, d.reason = "dlq", f"table {table_id} does not exist and tables.auto_create is off"
                 return decision
-            decision.table = create_table(catalog, table_id, plan.target,
-                                          partition_by if partition_by is not None else tables.partition_by,
-                                          tables.properties)
+            decision.table = create_table(catalog, table_id, plan.target, layout.partition_by or (),
+                                          tables.properties, sort_by=layout.sort_by or ())
             decision.changes.append(f"created {table_id}")
             table = decision.table
             metadata = table.metadata
@@ -104,7 +109,7 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
             continue  # re-plan against what the catalog really has (someone may have won the race)
         if not plan.changes:
             decision.table = table
-            _settle(metadata, table_id, incoming, policy, case_sensitive, write, key, decision)
+            _settle(metadata, table_id, incoming, policy, case_sensitive, write, key, layout, decision)
             return decision
         try:
             with table.transaction() as tx:
@@ -121,7 +126,7 @@ def evolve_table(catalog: CatalogConfig, tables: TablesConfig, table_id: str,
 
 
 def _settled_key(metadata: Any, table_id: str, incoming: dict, policy: EvolutionPolicy, case_sensitive: bool,
-                 write: TableWrite, key: Sequence[str] | None) -> Hashable | None:
+                 write: TableWrite, key: Sequence[str] | None, layout: Layout) -> Hashable | None:
     """What the decisions for an existing table depend on; None when there is no table yet.
 
     The decisions are pure functions of the table's current schema and the incoming
@@ -130,19 +135,21 @@ def _settled_key(metadata: Any, table_id: str, incoming: dict, policy: Evolution
     is named by its uuid and current schema id (an Iceberg table never reuses a schema
     id, a re-created table has a new uuid), so a schema evolved by another writer is a
     new key. Incoming schemas are named by identity (``table_view`` returns the same
-    object for the same writer schema and route), checked on a hit.
+    object for the same writer schema and route), checked on a hit. The layout decisions
+    depend on the table's spec and sort order (ids never reused either) and the configured layout.
     """
     if metadata is None:
         return None
-    return (str(metadata.table_uuid), metadata.current_schema_id, table_id,
+    return (str(metadata.table_uuid), metadata.current_schema_id, table_id, metadata.default_spec_id,
+            metadata.default_sort_order_id, layout,
             tuple((sid, id(s)) for sid, s in incoming.items()), policy, case_sensitive, write,
             tuple(key) if key is not None else None)
 
 
 def _settle(metadata: Any, table_id: str, incoming: dict, policy: EvolutionPolicy, case_sensitive: bool,
-            write: TableWrite, key: Sequence[str] | None, decision: TableDecision) -> None:
+            write: TableWrite, key: Sequence[str] | None, layout: Layout, decision: TableDecision) -> None:
     """Remember the decisions for a table that needed no change (its schema as `metadata` has it)."""
-    settled = _settled_key(metadata, table_id, incoming, policy, case_sensitive, write, key)
+    settled = _settled_key(metadata, table_id, incoming, policy, case_sensitive, write, key, layout)
     if settled is None:
         return
     entry = (tuple(incoming.values()), {sid: replace(d) for sid, d in decision.per_schema.items()})

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.schema import Schema
 
+from evolution.layout import TableLayout
 from registry.exceptions import RegistryError
 from router.catalog import get_catalog
 from router.config import CatalogConfig
@@ -82,10 +83,15 @@ class CatalogReader:
 
     def current(self, identifier: str) -> Schema | None:
         """The table's schema, None when it does not exist yet."""
+        return self.state(identifier)[0]
+
+    def state(self, identifier: str) -> tuple[Schema | None, TableLayout | None]:
+        """The table's schema and layout (partition spec, sort order); (None, None) when it does not exist."""
         try:
-            return self.catalog.load_table(identifier).schema()
+            metadata = self.catalog.load_table(identifier).metadata
+            return metadata.schema(), TableLayout.of(metadata)
         except (NoSuchTableError, NoSuchNamespaceError):
-            return None
+            return None, None
         except Exception as exc:
             if not unreachable(exc):
                 raise
