@@ -2,8 +2,9 @@
 
 ``write_data_files(table, data)`` returns what
 ``list(pyiceberg.io.pyarrow._dataframe_to_data_files(table.metadata, data, table.io))``
-returns, rows sorted by the table's sort order (router/catalog/sorting.py): Parquet files with Iceberg field ids, the table's metrics modes and
-truncation, partition values, the table's location provider and file naming,
+returns, rows sorted by the table's sort order (router/catalog/sorting.py): Parquet
+files with Iceberg field ids, the table's metrics modes and truncation, partition
+values, the table's location provider and file naming,
 codec, row-group and target-file-size properties. ``router.catalog.rolling.RollingWriter``
 streams batches into files the same way, for rewrites (compaction, merges) whose input
 must not be held in memory at once.
@@ -130,7 +131,8 @@ def _writer_properties(metadata: TableMetadata) -> dict[str, str]:
 
 def _plan_key(metadata: TableMetadata, props: dict[str, str]) -> Hashable:
     return (str(metadata.table_uuid), metadata.current_schema_id, metadata.default_spec_id,
-            metadata.default_sort_order_id, metadata.location, int(metadata.format_version), tuple(sorted(props.items())))
+            metadata.default_sort_order_id, metadata.location, int(metadata.format_version),
+            tuple(sorted(props.items())))
 
 
 def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:

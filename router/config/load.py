@@ -216,7 +216,8 @@ def _tables(data: Any) -> TablesConfig:
                         _partition_by(s.get("partition_by", None, list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)),
-                        s.choice("mode", "append", TABLE_MODES), _sort_by(s.get("sort_by", None, list), "tables.sort_by"))
+                        s.choice("mode", "append", TABLE_MODES),
+                        _sort_by(s.get("sort_by", None, list), "tables.sort_by"))
 
 
 def _sort_by(items: list | None, where: str) -> tuple[str, ...] | None:

@@ -12,6 +12,11 @@ the task that wrote the files (``job.commit_in_tasks``, the default) or by the
 driver. A missing table is created here, or, with ``tables.auto_create`` off,
 its records are dead-lettered.
 
+The table's layout goes the same way: the configured partition spec and sort order
+(route over ``tables``) are planned with the columns (``plan_table``, evolution/layout.py),
+a change is applied in the same idempotent commit loop, and a frozen one fails the table
+with the decision's one-line reason like a frozen column change.
+
 Decision per (table, writer schema), taken by ``router.decisions.decide_schema``
 from the plan `plan` and `check` compute too (``plan_table``): the policy
 outcome of its violations (worst wins) gives the action. discard_value: write,
