@@ -17,16 +17,12 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceErr
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
-from pyiceberg.transforms import (
-    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform,
-    YearTransform,
-)
 
 from evolution.backoff import backoff_delay
 from evolution.layout import partition_field_name, usable_partition_terms, usable_sort_terms
 from router.catalog import avro_readers, avro_writers, manifest_lists
-from router.config import PARTITION_PATTERN, CatalogConfig
-from router.exceptions import ConfigError, ServiceUnavailable
+from router.config import CatalogConfig
+from router.exceptions import ServiceUnavailable
 
 # Every commit appends one manifest; merged once ~32 pile up, a table's manifest list (read and
 # rewritten by every commit) stays short over thousands of commits. Java Iceberg merges by default
@@ -60,16 +56,6 @@ def table_properties(identifier: str, properties: Mapping[str, str] | None = Non
     """What a table icerouter creates gets: DEFAULT_TABLE_PROPERTIES, its merge count, the user's (which win)."""
     return {**DEFAULT_TABLE_PROPERTIES, **manifest_merge_properties(identifier), **(properties or {})}
 
-
-TRANSFORMS = {
-    "identity": lambda args: IdentityTransform(),
-    "year": lambda args: YearTransform(),
-    "month": lambda args: MonthTransform(),
-    "day": lambda args: DayTransform(),
-    "hour": lambda args: HourTransform(),
-    "bucket": lambda args: BucketTransform(int(args[0])),
-    "truncate": lambda args: TruncateTransform(int(args[0])),
-}
 
 _catalogs: dict[tuple, Any] = {}
 _tables: dict[tuple, Any] = {}
@@ -138,26 +124,6 @@ def _refresh(config: CatalogConfig, identifier: str, table) -> None:
         refresh_table(table)
     else:
         table.refresh()
-
-
-def parse_partition_spec(schema: Schema, spec: Sequence[str]) -> PartitionSpec:
-    """`["day(event_time)", "bucket(16, id)", "identity(country)"]` -> PartitionSpec on `schema`."""
-    fields = []
-    for i, text in enumerate(spec):
-        m = PARTITION_PATTERN.fullmatch(text)
-        if not m or m.group(1) not in TRANSFORMS:
-            raise ConfigError(f"partition_by: {text!r} is not one of {', '.join(TRANSFORMS)}(<column>)")
-        name, arg, column = m.group(1), m.group(2), m.group(3)
-        if name in ("bucket", "truncate") and arg is None:
-            raise ConfigError(f"partition_by: {text!r} needs a width, e.g. {name}(16, {column})")
-        try:
-            source = schema.find_field(column)
-        except ValueError:
-            raise ConfigError(f"partition_by: column {column!r} is not in the table schema") from None
-        transform = TRANSFORMS[name]([arg])
-        label = column.replace(".", "_") if name == "identity" else f"{column.replace('.', '_')}_{name}"
-        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=transform, name=label))
-    return PartitionSpec(*fields)
 
 
 def layout_spec(schema: Schema, partition_by: Sequence[str]) -> PartitionSpec:
