@@ -16,7 +16,8 @@ from evolution.policy import EvolutionPolicy, Mode
 
 Path = tuple[str, ...]
 
-__all__ = ["Path", "AddColumn", "WidenColumn", "MakeOptional", "RenameColumn", "Change",
+__all__ = ["Path", "AddColumn", "WidenColumn", "MakeOptional", "RenameColumn", "ChangePartitionSpec",
+           "ChangeSortOrder", "Change",
            "Violation", "MappedSchema", "EvolutionPlan", "BLOCKING_OUTCOMES"]
 
 # outcomes that stop (some) records from reaching the table unchanged
@@ -81,7 +82,44 @@ class RenameColumn:
         return {"kind": self.kind, "path": list(self.path), "new_name": self.new_name}
 
 
-Change = Union[AddColumn, WidenColumn, MakeOptional, RenameColumn]
+@dataclass(frozen=True)
+class ChangePartitionSpec:
+    """The table's partition spec, as configuration terms, before and after (evolution/layout.py).
+
+    New data files are written in the new spec; files already written keep theirs."""
+
+    from_terms: tuple[str, ...]
+    to_terms: tuple[str, ...]
+    path: Path = ()
+    kind = "partition_spec"
+
+    def describe(self) -> str:
+        return (f"~ partition spec: {', '.join(self.from_terms) or 'unpartitioned'} -> "
+                f"{', '.join(self.to_terms) or 'unpartitioned'}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": [], "from": list(self.from_terms), "to": list(self.to_terms)}
+
+
+@dataclass(frozen=True)
+class ChangeSortOrder:
+    """The table's sort order before and after: new data files are sorted by the new one."""
+
+    from_terms: tuple[str, ...]
+    to_terms: tuple[str, ...]
+    path: Path = ()
+    kind = "sort_order"
+
+    def describe(self) -> str:
+        return (f"~ sort order: {', '.join(self.from_terms) or 'unsorted'} -> "
+                f"{', '.join(self.to_terms) or 'unsorted'}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": [], "from": list(self.from_terms), "to": list(self.to_terms)}
+
+
+Change = Union[AddColumn, WidenColumn, MakeOptional, RenameColumn, ChangePartitionSpec, ChangeSortOrder]
+LAYOUT_CHANGES = (ChangePartitionSpec, ChangeSortOrder)
 
 
 @dataclass(frozen=True)
@@ -90,7 +128,7 @@ class Violation:
 
     path: Path
     kind: str      # new_table | new_column | widen | make_optional | rename | missing_required | type_change
-                   # | case_conflict
+                   # | case_conflict | partition_change | sort_order_change
     reason: str
     outcome: Mode
 

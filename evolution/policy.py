@@ -1,6 +1,6 @@
 """Evolution policies as data (schema-contract style).
 
-Three entities, each with a mode:
+Five entities, each with a mode:
 
 * ``new_table``   a record targets a table that does not exist yet;
 * ``new_column``  every *legal* change of the table's shape: adding a column
@@ -9,6 +9,12 @@ Three entities, each with a mode:
 * ``type_change`` an *illegal* change (narrowing the table, string<->int,
                   struct<->primitive, decimal scale...). Iceberg cannot
                   evolve these, so ``evolve`` is rejected for this entity.
+* ``partition_change``  the configured ``partition_by`` differs from an
+                  existing table's partition spec (evolution/layout.py);
+* ``sort_order_change`` the configured ``sort_by`` differs from an existing
+                  table's sort order. Both change the table's layout, not its
+                  rows: only ``evolve`` (new files in the new layout, old files
+                  stay as they are) and ``freeze`` make sense for them.
 
 Modes: ``evolve`` (apply the change), ``freeze`` (fail the table: nothing is
 written, the table is reported failed), ``discard_row`` (drop offending
@@ -49,7 +55,7 @@ class Mode(str, Enum):
         return self.value
 
 
-ENTITIES = ("new_table", "new_column", "type_change")
+ENTITIES = ("new_table", "new_column", "type_change", "partition_change", "sort_order_change")
 FLAGS = ("optional_on_create",)
 SHORTHAND = "<shorthand>"  # the key reported for a policy given as one mode string
 
@@ -57,12 +63,19 @@ ALLOWED_MODES: dict[str, frozenset[Mode]] = {
     "new_table": frozenset({Mode.EVOLVE, Mode.FREEZE, Mode.DISCARD_ROW, Mode.DLQ}),
     "new_column": frozenset(Mode),
     "type_change": frozenset({Mode.FREEZE, Mode.DISCARD_ROW, Mode.DISCARD_VALUE, Mode.DLQ}),
+    "partition_change": frozenset({Mode.EVOLVE, Mode.FREEZE}),
+    "sort_order_change": frozenset({Mode.EVOLVE, Mode.FREEZE}),
 }
+
+#: why a layout change has no record-level outcome: the records are fine, the table's layout is the question
+_LAYOUT_ONLY = "a layout change concerns the table, not single records; use evolve or freeze"
 
 WHY_NOT: dict[tuple[str, Mode], str] = {
     ("new_table", Mode.DISCARD_VALUE): "a missing table has no single value to drop",
     ("type_change", Mode.EVOLVE): "Iceberg cannot evolve an incompatible type change; "
                                   "use freeze, dlq, discard_row or discard_value",
+    **{(entity, mode): _LAYOUT_ONLY for entity in ("partition_change", "sort_order_change")
+       for mode in (Mode.DISCARD_ROW, Mode.DISCARD_VALUE, Mode.DLQ)},
 }
 
 
@@ -74,6 +87,8 @@ class EvolutionPolicy:
     new_column: Mode = Mode.EVOLVE
     type_change: Mode = Mode.DLQ
     optional_on_create: bool = True
+    partition_change: Mode = Mode.EVOLVE
+    sort_order_change: Mode = Mode.EVOLVE
 
     def __post_init__(self) -> None:
         for entity in ENTITIES:

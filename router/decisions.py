@@ -20,13 +20,14 @@ from pyiceberg.types import IntegerType, LongType, NestedField, PrimitiveType, S
 
 from evolution.avro import avro_field_aliases
 from evolution.changes import EvolutionPlan, MappedSchema
+from evolution.layout import Layout, TableLayout, plan_layout
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
 from router.changes.envelope import debezium_table_schema
 from router.table_writes import APPEND, TableWrite, apply_write
 
 __all__ = ["KAFKA_METADATA", "SEQUENCE_COLUMN", "SchemaDecision", "FormatDecision", "projected_names", "table_view",
-           "with_sequence_column", "sequence_column", "resolve_policy",
+           "with_sequence_column", "sequence_column", "resolve_policy", "table_layout",
            "plan_table", "decide", "decide_schema", "wanted_format_version", "decide_format"]
 
 #: (column, source column of the Kafka row, Iceberg type) appended to every row when
@@ -130,12 +131,32 @@ def resolve_policy(policies: PolicySet, topic: str, route_policy: PolicyOverride
     return policy
 
 
+def table_layout(tables, partition_by: Sequence[str] | None = None,
+                 sort_by: Sequence[str] | None = None) -> Layout:
+    """The layout a route asks of its table: the route's ``partition_by`` / ``sort_by`` over the
+    ``tables`` defaults; what neither sets is left as the table has it."""
+    partition_by = partition_by if partition_by is not None else tables.partition_by
+    sort_by = sort_by if sort_by is not None else getattr(tables, "sort_by", None)
+    return Layout(tuple(partition_by) if partition_by is not None else None,
+                  tuple(sort_by) if sort_by is not None else None)
+
+
 def plan_table(current: Schema | None, incoming: Sequence[Schema | MappedSchema], policy: EvolutionPolicy,
                case_sensitive: bool, table: str, write: TableWrite = APPEND,
-               key: Sequence[str] | None = None) -> EvolutionPlan:
-    """The evolution plan, with an upsert table's key and mode rules applied (router/table_writes.py)."""
+               key: Sequence[str] | None = None, layout: Layout | None = None,
+               current_layout: TableLayout | None = None) -> EvolutionPlan:
+    """The evolution plan, with an upsert table's key and mode rules applied (router/table_writes.py)
+    and the table's layout brought to ``layout`` (evolution/layout.py) from ``current_layout``, the
+    existing table's spec and sort order (without it an existing table's layout is not planned)."""
     plan = plan_evolution(current, list(incoming), policy, case_sensitive=case_sensitive, table=table)
-    return apply_write(plan, incoming, write, key)
+    plan = apply_write(plan, incoming, write, key)
+    if layout is None or plan.target is None or (not plan.new_table and current_layout is None):
+        return plan
+    changes, violations, notes = plan_layout(plan.target, None if plan.new_table else current_layout, layout, policy)
+    if not (changes or violations or notes):
+        return plan
+    return replace(plan, changes=plan.changes + changes, violations=plan.violations + violations,
+                   notes=plan.notes + tuple(n for n in notes if n not in plan.notes))
 
 
 def decide(plan: EvolutionPlan) -> SchemaDecision:
@@ -153,9 +174,10 @@ def decide(plan: EvolutionPlan) -> SchemaDecision:
 
 def decide_schema(current: Schema | None, incoming: Schema | MappedSchema, policy: EvolutionPolicy,
                   case_sensitive: bool, table: str, write: TableWrite = APPEND,
-                  key: Sequence[str] | None = None) -> SchemaDecision:
+                  key: Sequence[str] | None = None, layout: Layout | None = None,
+                  current_layout: TableLayout | None = None) -> SchemaDecision:
     """Pure: what happens to records of one writer schema headed for one table."""
-    return decide(plan_table(current, [incoming], policy, case_sensitive, table, write, key))
+    return decide(plan_table(current, [incoming], policy, case_sensitive, table, write, key, layout, current_layout))
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ handles cached per process, table creation with our defaults, and the snapshot e
 
 from router.catalog.expiry import expire_snapshots, snapshots_to_expire
 from router.catalog.tables import (
-    DEFAULT_TABLE_PROPERTIES, backoff, create_table, delete_quietly, get_catalog, load_table, parse_partition_spec,
+    DEFAULT_TABLE_PROPERTIES, backoff, create_table, delete_quietly, get_catalog, load_table,
 )
 
 __all__ = ["DEFAULT_TABLE_PROPERTIES", "backoff", "create_table", "delete_quietly", "expire_snapshots", "get_catalog", "load_table",
-           "parse_partition_spec", "snapshots_to_expire"]
+           "snapshots_to_expire"]

@@ -124,6 +124,10 @@ def stage_transaction(table, result, job: str, batch_id: int, doc: dict, expire:
     if result.upsert is not None:  # images and the position deletes of the rows they replace
         row_delta(tx, result.data_files, deletes, snapshot_properties=summary,
                   removed_delete_files=getattr(deletes, "replaced", ()))
+    elif any(getattr(f, "spec_id", None) not in (None, tx.table_metadata.default_spec_id) for f in result.data_files):
+        # written before the table's partition spec evolved: pyiceberg's append would list them under the
+        # new spec; a row delta writes a manifest per spec (catalog/row_delta.py)
+        row_delta(tx, result.data_files, (), snapshot_properties=summary)
     elif merge is not None and merge.stage(tx, table, result.data_files, summary):
         pass
     elif result.data_files:

@@ -2,11 +2,12 @@
 
 ``write_data_files(table, data)`` returns what
 ``list(pyiceberg.io.pyarrow._dataframe_to_data_files(table.metadata, data, table.io))``
-returns: Parquet files with Iceberg field ids, the table's metrics modes and
-truncation, partition values, the table's location provider and file naming,
-codec, row-group and target-file-size properties. ``RollingWriter`` streams
-batches into files that roll over at the target size on disk, for rewrites
-(compaction) whose input must not be held in memory at once.
+returns, rows sorted by the table's sort order (router/catalog/sorting.py): Parquet
+files with Iceberg field ids, the table's metrics modes and truncation, partition
+values, the table's location provider and file naming,
+codec, row-group and target-file-size properties. ``router.catalog.rolling.RollingWriter``
+streams batches into files the same way, for rewrites (compaction, merges) whose input
+must not be held in memory at once.
 
 Why: at hundreds of tables most of pyiceberg's time per file goes to work that
 depends only on the table's schema, spec and properties, redone on every call
@@ -56,15 +57,15 @@ from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties
 from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import SortOrder
 from pyiceberg.typedef import Record
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
 from router.catalog.file_stats import StatColumn, file_statistics, stat_columns
-from router.catalog.format_v3 import ROW_ID
-from router.catalog.lineage import LINEAGE_STAT_COLUMNS, attach_lineage, split_lineage
+from router.catalog.sorting import sort_rows
 
-__all__ = ["write_data_files", "RollingWriter", "clear_cache", "TRANSIENT_MAX_BYTES"]
+__all__ = ["write_data_files", "clear_cache", "TRANSIENT_MAX_BYTES"]
 
 # One entry per live (table, schema, spec, write.* properties): a few hundred tables per
 # worker fit; an evolved table simply gets a new entry.
@@ -97,6 +98,8 @@ class _Plan:
     file_schema: Schema
     spec: PartitionSpec
     spec_id: int
+    sort_order: SortOrder
+    sort_order_id: int | None  # what the files claim: the table's order, None while it is unsorted
     format_version: int
     location_provider: LocationProvider
     stat_columns: dict[str, StatColumn]  # pyiceberg's statistics plan per Parquet column path
@@ -128,7 +131,8 @@ def _writer_properties(metadata: TableMetadata) -> dict[str, str]:
 
 def _plan_key(metadata: TableMetadata, props: dict[str, str]) -> Hashable:
     return (str(metadata.table_uuid), metadata.current_schema_id, metadata.default_spec_id,
-            metadata.location, int(metadata.format_version), tuple(sorted(props.items())))
+            metadata.default_sort_order_id, metadata.location, int(metadata.format_version),
+            tuple(sorted(props.items())))
 
 
 def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:
@@ -141,6 +145,8 @@ def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:
         file_schema=file_schema,
         spec=metadata.spec(),
         spec_id=metadata.default_spec_id,
+        sort_order=metadata.sort_order(),
+        sort_order_id=None if metadata.sort_order().is_unsorted else metadata.default_sort_order_id,
         format_version=metadata.format_version,
         location_provider=load_location_provider(table_location=metadata.location, table_properties=props),
         stat_columns=stat_columns(compute_statistics_plan(file_schema, props), parquet_path_to_id_mapping(file_schema)),
@@ -259,7 +265,7 @@ def _data_file(plan: _Plan, path: str, size: int, parquet_metadata: Any, partiti
         file_format=FileFormat.PARQUET,
         partition=partition_key.partition if partition_key else Record(),
         file_size_in_bytes=size,
-        sort_order_id=None,
+        sort_order_id=plan.sort_order_id,
         spec_id=plan.spec_id,
         equality_ids=None,
         key_metadata=None,
@@ -293,6 +299,7 @@ def write_data_files(table: Any, data: pa.Table, transient_codec: str | None = N
     proj = _projection(plan, data.schema)
     codec = transient_codec if transient_codec is not None and data.nbytes < TRANSIENT_MAX_BYTES else None
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
+    data = sort_rows(data, plan.table_schema, plan.sort_order)  # a partition's rows keep this order
     if plan.spec.is_unpartitioned():
         parts: Any = [(None, data)]
     else:
@@ -304,120 +311,3 @@ def write_data_files(table: Any, data: pa.Table, transient_codec: str | None = N
             files.append(_write_one(plan, table.io, _to_file_table(plan, proj, batches, rows.schema), path, key,
                                     codec))
     return files
-
-
-#: In-memory Arrow bytes buffered per partition before they go out as one row group.
-ROW_GROUP_BUFFER_BYTES = 64 * 1024 * 1024
-
-
-@dataclass
-class _Buffer:
-    key: PartitionKey | None
-    tables: list[pa.Table] = field(default_factory=list)
-    nbytes: int = 0
-
-
-@dataclass
-class _OpenFile:
-    path: str
-    key: PartitionKey | None
-    stream: Any
-    writer: pq.ParquetWriter
-
-
-class RollingWriter:
-    """Streams record batches into data files that roll over at ``target_file_size`` bytes on disk.
-
-    For rewrites of many files (compaction): memory holds at most one row group
-    per partition, never the whole output. Sizes are real on-disk bytes (the
-    spec's meaning of ``write.target-file-size-bytes``), where the one-shot
-    writer above, like pyiceberg, sizes by in-memory Arrow bytes. Same field
-    ids, statistics, partition values and file naming as ``write_data_files``.
-    Batches of a v3 rewrite may end with the row lineage columns (router/catalog/lineage.py),
-    written with their reserved field ids.
-    """
-
-    def __init__(self, table: Any, target_file_size: int | None = None,
-                 buffer_bytes: int = ROW_GROUP_BUFFER_BYTES) -> None:
-        self._io: FileIO = table.io
-        self._plan = _plan_for(table.metadata)
-        self.target_file_size = target_file_size or self._plan.target_file_size
-        self.buffer_bytes = buffer_bytes
-        self._uuid, self._counter = uuid.uuid4(), itertools.count(0)
-        self._buffers: dict[str, _Buffer] = {}
-        self._open: dict[str, _OpenFile] = {}
-        self.files: list[DataFile] = []
-        self.paths: list[str] = []  # every file started, described or not
-        self.rows = 0
-
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        data = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        if data.num_rows == 0:
-            return
-        self.rows += data.num_rows
-        parts = [(None, data)] if self._plan.spec.is_unpartitioned() else _split_partitions(self._plan, data)
-        for key, rows in parts:
-            slot = key.to_path() if key is not None else ""
-            buffered = self._buffers.get(slot)
-            if buffered is not None and not buffered.tables[0].schema.equals(rows.schema):
-                self._flush(slot)  # files of older schemas may come back with other Arrow types
-                buffered = None
-            if buffered is None:
-                buffered = self._buffers[slot] = _Buffer(key)
-            buffered.tables.append(rows)
-            buffered.nbytes += rows.nbytes
-            if buffered.nbytes >= self.buffer_bytes:
-                self._flush(slot)
-
-    def close(self) -> list[DataFile]:
-        """Write what is buffered, close every file; the DataFiles written, not yet committed."""
-        for slot in list(self._buffers):
-            self._flush(slot)
-        for slot in list(self._open):
-            self._finish(slot)
-        return self.files
-
-    def abort(self) -> list[str]:
-        """Close whatever is open without describing it; every path written (for the caller to delete)."""
-        for out in self._open.values():
-            for closing in (out.writer.close, out.stream.close):
-                try:
-                    closing()
-                except Exception:  # the file is deleted by the caller either way
-                    pass
-        self._open.clear()
-        self._buffers.clear()
-        return list(self.paths)
-
-    def _flush(self, slot: str) -> None:
-        buffered = self._buffers.pop(slot)
-        key, rows = buffered.key, pa.concat_tables(buffered.tables)
-        rows, lineage = split_lineage(rows)  # a v3 rewrite's rows carry their lineage (catalog/lineage.py)
-        proj = _projection(self._plan, rows.schema)
-        data = _to_file_table(self._plan, proj, rows.to_batches(), rows.schema)
-        if lineage is not None:
-            data = attach_lineage(data, lineage)
-        out = self._open.get(slot) or self._start(slot, key, data.schema)
-        if not data.schema.equals(out.writer.schema):  # e.g. string in older files, large_string in newer
-            data = data.cast(out.writer.schema)
-        out.writer.write_table(data, row_group_size=self._plan.row_group_size)
-        if out.stream.tell() >= self.target_file_size:
-            self._finish(slot)
-
-    def _start(self, slot: str, key: PartitionKey | None, schema: pa.Schema) -> _OpenFile:
-        path = _new_path(self._plan, self._uuid, next(self._counter), key)
-        stream = self._io.new_output(path).create(overwrite=True)
-        self.paths.append(path)
-        out = self._open[slot] = _OpenFile(path, key, stream, _parquet_writer(self._plan, stream, schema))
-        return out
-
-    def _finish(self, slot: str) -> None:
-        out = self._open.pop(slot)
-        try:
-            out.writer.close()
-            size = out.stream.tell()
-        finally:
-            out.stream.close()
-        lineage = ROW_ID in out.writer.schema.names
-        self.files.append(_data_file(self._plan, out.path, size, out.writer.writer.metadata, out.key,
-                                     {**self._plan.stat_columns, **LINEAGE_STAT_COLUMNS} if lineage else None))

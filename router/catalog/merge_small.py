@@ -60,9 +60,9 @@ from pyiceberg.manifest import DataFile, FileFormat, ManifestContent, ManifestEn
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
 
-from router.catalog.datafiles import RollingWriter
 from router.catalog.format_v3 import first_row_id
 from router.catalog.lineage import lineage_of, stored_lineage_columns, tracks_lineage, with_lineage
+from router.catalog.rolling import RollingWriter
 from router.catalog.row_delta import FileChanges
 from router.catalog.tables import delete_quietly
 from router.config.model import TRANSIENT_FILE_CODECS

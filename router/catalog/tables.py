@@ -16,15 +16,13 @@ from typing import Any, Mapping, Sequence
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError, TableAlreadyExistsError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import (
-    BucketTransform, DayTransform, HourTransform, IdentityTransform, MonthTransform, TruncateTransform,
-    YearTransform,
-)
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 
 from evolution.backoff import backoff_delay
+from evolution.layout import partition_field_name, usable_partition_terms, usable_sort_terms
 from router.catalog import avro_readers, avro_writers, format_v3, manifest_lists
-from router.config import PARTITION_PATTERN, CatalogConfig
-from router.exceptions import ConfigError, ServiceUnavailable
+from router.config import CatalogConfig
+from router.exceptions import ServiceUnavailable
 
 # Every commit appends one manifest; merged once ~32 pile up, a table's manifest list (read and
 # rewritten by every commit) stays short over thousands of commits. Java Iceberg merges by default
@@ -58,16 +56,6 @@ def table_properties(identifier: str, properties: Mapping[str, str] | None = Non
     """What a table icerouter creates gets: DEFAULT_TABLE_PROPERTIES, its merge count, the user's (which win)."""
     return {**DEFAULT_TABLE_PROPERTIES, **manifest_merge_properties(identifier), **(properties or {})}
 
-
-TRANSFORMS = {
-    "identity": lambda args: IdentityTransform(),
-    "year": lambda args: YearTransform(),
-    "month": lambda args: MonthTransform(),
-    "day": lambda args: DayTransform(),
-    "hour": lambda args: HourTransform(),
-    "bucket": lambda args: BucketTransform(int(args[0])),
-    "truncate": lambda args: TruncateTransform(int(args[0])),
-}
 
 _catalogs: dict[tuple, Any] = {}
 _tables: dict[tuple, Any] = {}
@@ -139,41 +127,36 @@ def _refresh(config: CatalogConfig, identifier: str, table) -> None:
         table.refresh()
 
 
-def parse_partition_spec(schema: Schema, spec: Sequence[str]) -> PartitionSpec:
-    """`["day(event_time)", "bucket(16, id)", "identity(country)"]` -> PartitionSpec on `schema`."""
-    fields = []
-    for i, text in enumerate(spec):
-        m = PARTITION_PATTERN.fullmatch(text)
-        if not m or m.group(1) not in TRANSFORMS:
-            raise ConfigError(f"partition_by: {text!r} is not one of {', '.join(TRANSFORMS)}(<column>)")
-        name, arg, column = m.group(1), m.group(2), m.group(3)
-        if name in ("bucket", "truncate") and arg is None:
-            raise ConfigError(f"partition_by: {text!r} needs a width, e.g. {name}(16, {column})")
-        try:
-            source = schema.find_field(column)
-        except ValueError:
-            raise ConfigError(f"partition_by: column {column!r} is not in the table schema") from None
-        transform = TRANSFORMS[name]([arg])
-        label = column.replace(".", "_") if name == "identity" else f"{column.replace('.', '_')}_{name}"
-        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=transform, name=label))
-    return PartitionSpec(*fields)
+def layout_spec(schema: Schema, partition_by: Sequence[str]) -> PartitionSpec:
+    """The spec a new table gets: the terms its schema can take (evolution/layout.py, the same terms
+    an existing table is evolved to), fields named as ``partition_field_name`` names them."""
+    return PartitionSpec(*[
+        PartitionField(source_id=schema.find_field(t.column).field_id, field_id=1000 + i,
+                       transform=t.to_transform(), name=partition_field_name(t))
+        for i, t in enumerate(usable_partition_terms(schema, partition_by))])
+
+
+def layout_sort_order(schema: Schema, sort_by: Sequence[str]) -> SortOrder:
+    """The sort order a new table gets (unsorted without usable terms)."""
+    fields = [SortField(source_id=schema.find_field(t.term.column).field_id, transform=t.term.to_transform(),
+                        direction=t.direction, null_order=t.null_order) for t in usable_sort_terms(schema, sort_by)]
+    return SortOrder(*fields) if fields else UNSORTED_SORT_ORDER
 
 
 def create_table(config: CatalogConfig, identifier: str, schema: Schema, partition_by: Sequence[str] = (),
-                 properties: Mapping[str, str] | None = None):
+                 properties: Mapping[str, str] | None = None, sort_by: Sequence[str] = ()):
     """Create a table (and its namespace); if someone else created it meanwhile, load theirs."""
     catalog = get_catalog(config)
     namespace = identifier.rsplit(".", 1)[0]
     ensure_namespace(config, namespace)
-    props = table_properties(identifier, properties)
-    usable = [p for p in partition_by if _column_of(p) and _has(schema, _column_of(p))]
-    spec = parse_partition_spec(schema, usable) if usable else PartitionSpec()
+    layout = {"schema": schema, "partition_spec": layout_spec(schema, partition_by),
+              "sort_order": layout_sort_order(schema, sort_by), "properties": table_properties(identifier, properties)}
     try:
         try:
-            table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+            table = catalog.create_table(identifier, **layout)
         except NoSuchNamespaceError:  # dropped since this process saw it
             ensure_namespace(config, namespace, known=False)
-            table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+            table = catalog.create_table(identifier, **layout)
     except TableAlreadyExistsError:
         table = catalog.load_table(identifier)
     except Exception:  # a concurrent creation can also surface as a unique-key violation
@@ -202,19 +185,6 @@ def ensure_namespace(config: CatalogConfig, namespace: str, known: bool = True) 
             raise
     with _lock:
         _namespaces.add(key)
-
-
-def _column_of(spec: str) -> str | None:
-    m = PARTITION_PATTERN.fullmatch(spec)
-    return m.group(3) if m else None
-
-
-def _has(schema: Schema, column: str) -> bool:
-    try:
-        schema.find_field(column)
-        return True
-    except ValueError:
-        return False
 
 
 def backoff(attempt: int, base: float = 0.05, cap: float = 5.0) -> None:

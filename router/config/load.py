@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from evolution.exceptions import PolicyConfigError
+from evolution.layout_terms import parse_sort_term
 from evolution.policy import PolicyOverrides, PolicySet
 from registry.config import RegistryConfig
 from registry.exceptions import RegistryConfigError
@@ -206,7 +207,7 @@ def _metrics(data: Any) -> MetricsConfig:
 
 
 TABLES_KEYS = ("auto_create", "default_namespace", "allowed_namespaces", "partition_by", "properties",
-               "case_sensitive", "metadata_columns", "mode", "commit_after", "format_version")
+               "case_sensitive", "metadata_columns", "mode", "commit_after", "format_version", "sort_by")
 
 
 def _tables(data: Any) -> TablesConfig:
@@ -217,12 +218,13 @@ def _tables(data: Any) -> TablesConfig:
                           "(routes may override it)")
     return TablesConfig(bool(s.get("auto_create", True, bool)), s.get("default_namespace", "raw", str),
                         tuple(s.get("allowed_namespaces", [], list)),
-                        _partition_by(s.get("partition_by", [], list), "tables.partition_by"),
+                        _partition_by(s.get("partition_by", None, list), "tables.partition_by"),
                         {k: str(v) for k, v in s.mapping("properties").items()},
                         bool(s.get("case_sensitive", True, bool)), bool(s.get("metadata_columns", True, bool)),
                         s.choice("mode", "append", TABLE_MODES),
                         _commit_after(s.get("commit_after"), "tables.commit_after") or EVERY_BATCH,
-                        _format_version(s.get("format_version", 2, int), "tables.format_version"))
+                        _format_version(s.get("format_version", 2, int), "tables.format_version"),
+                        _sort_by(s.get("sort_by", None, list), "tables.sort_by"))
 
 
 def _commit_after(spec: Any, where: str) -> CommitAfter | None:
@@ -245,8 +247,22 @@ def _format_version(value: int | None, where: str) -> int | None:
     return value
 
 
-def _partition_by(items: list, where: str) -> tuple[str, ...]:
-    """Partition specs are checked at load; whether the column exists is per table (at creation)."""
+def _sort_by(items: list | None, where: str) -> tuple[str, ...] | None:
+    """Sort terms are checked at load (evolution/layout.py); None: not set, tables keep their order."""
+    if items is None:
+        return None
+    for i, text in enumerate(items):
+        try:
+            parse_sort_term(text)
+        except ValueError as exc:
+            raise ConfigError(f"{where}[{i}]: {exc}") from None
+    return tuple(map(str, items))
+
+
+def _partition_by(items: list | None, where: str) -> tuple[str, ...] | None:
+    """Partition specs are checked at load; whether the column exists is per table. None: not set."""
+    if items is None:
+        return None
     for i, text in enumerate(items):
         m = PARTITION_PATTERN.fullmatch(str(text))
         if not m or m.group(1) not in PARTITION_TRANSFORMS:
@@ -263,7 +279,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
         where = f"routes[{i}]"
         s = Section(item, where, ("name", "topic", "headers", "fields", "table", "columns", "evolution",
                                   "partition_by", "mode", "key", "cdc", "sequence_by", "format", "commit_after",
-                                  "format_version"))
+                                  "format_version", "sort_by"))
         table = s.get("table", None, str)
         if not table:
             raise ConfigError(f"{where}.table: required (a table name or template such as raw.{{topic}})")
@@ -287,9 +303,10 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
             columns=tuple(map(str, columns)) if columns is not None else None,
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
-            partition_by=_partition_by(partition_by, f"{where}.partition_by") if partition_by is not None else None,
+            partition_by=_partition_by(partition_by, f"{where}.partition_by"),
             write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after"),
-            format_version=_format_version(s.get("format_version", None, int), f"{where}.format_version")))
+            format_version=_format_version(s.get("format_version", None, int), f"{where}.format_version"),
+            sort_by=_sort_by(s.get("sort_by", None, list), f"{where}.sort_by")))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

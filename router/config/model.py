@@ -154,7 +154,8 @@ class TablesConfig:
     auto_create: bool = True
     default_namespace: str = "raw"
     allowed_namespaces: tuple[str, ...] = ()
-    partition_by: tuple[str, ...] = ()
+    # the layout of the tables (route settings win); None: tables keep the spec / order they have
+    partition_by: tuple[str, ...] | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     case_sensitive: bool = True
     metadata_columns: bool = True  # _kafka_topic/_partition/_offset/_timestamp on every row
@@ -163,6 +164,7 @@ class TablesConfig:
     # the Iceberg format version of tables icerouter creates: 2, or 3 (deletion vectors and row lineage,
     # docs/v3.md); a route may say otherwise for its tables; `icerouter maintain` upgrades existing v2 tables
     format_version: int = 2
+    sort_by: tuple[str, ...] | None = None  # sort order of the tables' data files (evolution/layout.py)
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,7 @@ class RouteConfig:
     format: ValueFormat = REGISTRY_FORMAT  # how values are read: registry framing, raw, json, connect_json
     commit_after: CommitAfter | None = None  # None: `tables.commit_after`
     format_version: int | None = None  # the route's tables' Iceberg format version (None: tables.format_version)
+    sort_by: tuple[str, ...] | None = None  # overrides tables.sort_by
 
 
 @dataclass(frozen=True)

@@ -339,9 +339,8 @@ class PartitionWriter:
         if len({(item.route.name, item.topic) for item in items}) < 2:
             return False
         ctx = self.ctx
-        feeds = [Feed(item.route.name, item.topic,
-                      resolve_policy(ctx.policies, item.topic, item.route.evolution, ctx.tables.auto_create),
-                      item.route.columns, item.route.write, item.route.partition_by) for item in items]
+        feeds = [Feed.of(item.route, item.topic, resolve_policy(ctx.policies, item.topic, item.route.evolution,
+                                                                ctx.tables.auto_create)) for item in items]
         reason = fan_in_conflict(table_id, feeds)
         if reason is None:
             return False
@@ -371,7 +370,7 @@ class PartitionWriter:
             if not items:
                 return
             t0 = time.perf_counter()
-            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
+            decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.layout,
                                     format_version=route.format_version)
             t1 = time.perf_counter()
             self.timings["evolve"] += t1 - t0

@@ -80,7 +80,7 @@ def _write(writer: PartitionWriter, table_id: str, items: list[Pending], key: tu
         if item.schema_id != TOMBSTONES:
             incoming.setdefault(item.schema_id, item.iceberg_schema)
     t0 = time.perf_counter()
-    decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.partition_by,
+    decision = evolve_table(ctx.catalog, ctx.tables, table_id, incoming, policy, route.layout,
                             route.write, key, route.format_version) if incoming else None
     t1 = time.perf_counter()
     writer.timings["evolve"] += t1 - t0

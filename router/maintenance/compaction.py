@@ -51,9 +51,9 @@ from router.catalog import backoff, delete_quietly
 from router.catalog.reachable import drop_unlisted_manifests
 from router.catalog.row_delta import FileChanges
 from router.catalog.snapshot_files import SnapshotFiles, deleted_counts, live_delete_files, snapshot_files
-from router.catalog.datafiles import ROW_GROUP_BUFFER_BYTES, RollingWriter
 from router.catalog.format_v3 import first_row_id
 from router.catalog.lineage import lineage_of, stored_lineage_columns, tracks_lineage, with_lineage
+from router.catalog.rolling import ROW_GROUP_BUFFER_BYTES, RollingWriter
 from router.catalog.sql import StagedTransaction
 from router.exceptions import CompactionConflict, MaintenanceError, RowLevelError
 from router.progress import held_summaries

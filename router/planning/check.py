@@ -150,12 +150,12 @@ def check_schema(registry: CachedRegistry | None, subject: str, schema_str: str 
             checks.append(TableCheck(target.table, undecided=catalog_down or "no catalog to ask"))
             continue
         try:
-            current = catalog.current(target.table)
+            current, layout = catalog.state(target.table)
         except ServiceUnavailable as exc:
             checks.append(TableCheck(target.table, undecided=str(exc)))
             continue
         plan = planner.plan(current, loaded.mapped.schema, target, schema_type=kind, schema_str=loaded.text,
-                            source=subject)
+                            source=subject, current_layout=layout)
         checks.append(TableCheck(target.table, plan))
     checks += [TableCheck(label, skipped=reason) for label, reason in unplannable]
     return CheckResult(subject, loaded.kind if not loaded.readable else kind, verdict, level, tuple(messages),

@@ -25,13 +25,16 @@ from pyiceberg.schema import Schema
 
 from evolution.changes import EvolutionPlan, MappedSchema, Violation
 from evolution.exceptions import EvolutionError
+from evolution.layout import Layout, TableLayout
 from evolution.policy import EvolutionPolicy, Mode
 from registry.client import get_registry
 from registry.exceptions import RegistryError, SchemaNotFound
 from router.changes.envelope import key_columns_from_kafka_keys, key_columns_from_key_schema, missing_key_reason
 from router.changes.exceptions import ChangeStreamError
 from router.config import RouterConfig
-from router.decisions import decide_format, plan_table, resolve_policy, table_view, wanted_format_version
+from router.decisions import (
+    decide_format, plan_table, resolve_policy, table_layout, table_view, wanted_format_version,
+)
 from router.exceptions import ConfigError, RouteError
 from router.planning.inputs import (
     AVRO, JSON_SCHEMA, SCHEMA_SUFFIXES, SchemaInput, detect_schema_type, file_subject, load_schema_file,
@@ -72,6 +75,7 @@ class Target:
     write: TableWrite = APPEND  # append, or upsert by key (router/table_writes.py)
     refusal: tuple[str, str] | None = None
     format_version: int | None = None  # the route's format_version (None: tables.format_version)
+    layout: Layout | None = None  # the partition spec and sort order the job brings the table to
 
 
 class Planner:
@@ -113,7 +117,8 @@ class Planner:
         policy = resolve_policy(self.policies, topic, route.evolution if route else None,
                                 self.config.tables.auto_create)
         return Target(table, policy, route.columns if route else None, route.name if route else None, topic,
-                      route.write if route else APPEND, format_version=route.format_version if route else None)
+                      route.write if route else APPEND, format_version=route.format_version if route else None,
+                      layout=table_layout(self.config.tables, *((route.partition_by, route.sort_by) if route else ())))
 
     def refused(self, table: str, topic: str | None, kind: str, reason: str, route: Any = None) -> Target:
         return replace(self.target(table, topic or "", route), refusal=(kind, reason))
@@ -172,8 +177,7 @@ class Planner:
         for t in dict.fromkeys([topic, *self.config.kafka.topics]):
             for route in self.routing.routes_for_topic(t):
                 if _template_matches(route.table_template, table, t, self.routing.default_namespace):
-                    out.append(Feed(route.name, t, self.target(table, t, route).policy, route.columns,
-                                    route.write, route.partition_by))
+                    out.append(Feed.of(route, t, self.target(table, t, route).policy))
         return out
 
     def _fan_in(self, targets: list[Target], topic: str) -> list[Target]:
@@ -188,7 +192,10 @@ class Planner:
         return list(out.values())
 
     def plan(self, current: Schema | None, schema: Schema, target: Target, *, schema_type: str = AVRO,
-             schema_str: str | None = None, source: str | None = None) -> EvolutionPlan:
+             schema_str: str | None = None, source: str | None = None,
+             current_layout: TableLayout | None = None) -> EvolutionPlan:
+        """The job's plan for one schema and target; ``current_layout``: the existing table's spec and sort
+        order (CatalogReader.state), without which its layout is not planned."""
         if target.refusal is not None:
             return self.refusal_plan(current, target, *target.refusal)
         try:
@@ -201,7 +208,7 @@ class Planner:
         if target.write.upsert and not key and target.topic in self._sampled:  # the job dead-letters them all
             return self.refusal_plan(current, target, "missing_key", missing_key_reason(target.table))
         plan = plan_table(current, [view], target.policy, self.config.tables.case_sensitive, target.table,
-                          target.write, key)
+                          target.write, key, target.layout, current_layout)
         if target.write.upsert and not key:
             plan = replace(plan, notes=plan.notes + (
                 f"upsert by the fields of the Kafka record key: no {target.topic or '<topic>'}-key schema in "
@@ -221,8 +228,9 @@ class Planner:
             return self.refusal_plan(None, target, "invalid_schema", schema.problem)
         if target.refusal is not None:
             return self.refusal_plan(None, target, *target.refusal)
-        plan = self.plan(catalog.current(target.table), schema.mapped.schema, target, schema_type=schema.kind,
-                         schema_str=schema.text, source=schema.source)
+        current, layout = catalog.state(target.table)
+        plan = self.plan(current, schema.mapped.schema, target, schema_type=schema.kind, schema_str=schema.text,
+                         source=schema.source, current_layout=layout)
         return self.with_format(plan, catalog.format_version(target.table), target)
 
     def with_format(self, plan: EvolutionPlan, current: int | None, target: Target) -> EvolutionPlan:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.schema import Schema
 
+from evolution.layout import TableLayout
 from registry.exceptions import RegistryError
 from router.catalog import get_catalog
 from router.config import CatalogConfig
@@ -82,17 +83,21 @@ class CatalogReader:
 
     def current(self, identifier: str) -> Schema | None:
         """The table's schema, None when it does not exist yet."""
-        table = self._load(identifier)
-        return table.schema() if table is not None else None
+        return self.state(identifier)[0]
 
     def format_version(self, identifier: str) -> int | None:
         """The table's Iceberg format version, None when it does not exist yet."""
-        table = self._load(identifier)
-        return int(table.metadata.format_version) if table is not None else None
+        metadata = self._metadata(identifier)
+        return int(metadata.format_version) if metadata is not None else None
 
-    def _load(self, identifier: str):
+    def state(self, identifier: str) -> tuple[Schema | None, TableLayout | None]:
+        """The table's schema and layout (partition spec, sort order); (None, None) when it does not exist."""
+        metadata = self._metadata(identifier)
+        return (metadata.schema(), TableLayout.of(metadata)) if metadata is not None else (None, None)
+
+    def _metadata(self, identifier: str):
         try:
-            return self.catalog.load_table(identifier)
+            return self.catalog.load_table(identifier).metadata
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
         except Exception as exc:

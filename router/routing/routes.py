@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from evolution.layout_terms import Layout
 from evolution.policy import PolicyOverrides
 from registry.formats import REGISTRY_FORMAT, ValueFormat
 from router.config import DlqConfig, RouteConfig, RouterConfig, TablesConfig
@@ -41,10 +42,16 @@ class Feed:
     columns: tuple[str, ...] | None
     write: TableWrite
     partition_by: tuple[str, ...] | None
+    sort_by: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, route: Any, topic: str | None, policy: Any) -> Feed:
+        """The feed of a route (compiled or as configured) for one topic under its resolved policy."""
+        return cls(route.name, topic, policy, route.columns, route.write, route.partition_by, route.sort_by)
 
 
-#: what the feeds of one table must agree on: a table has one policy, projection, mode and spec
-FAN_IN_SETTINGS = ("policy", "columns", "write", "partition_by")
+#: what the feeds of one table must agree on: a table has one policy, projection, mode, spec and sort order
+FAN_IN_SETTINGS = ("policy", "columns", "write", "partition_by", "sort_by")
 
 
 def fan_in_conflict(table: str, feeds: Sequence[Feed]) -> str | None:
@@ -76,6 +83,12 @@ class CompiledRoute:
     write: TableWrite = APPEND  # append, or upsert by key / Debezium CDC (router/table_writes.py)
     format: ValueFormat = REGISTRY_FORMAT  # how the topic's values are read (registry/formats.py)
     format_version: int | None = None  # Iceberg format version of the tables it creates (None: tables')
+    sort_by: tuple[str, ...] | None = None
+
+    @property
+    def layout(self) -> Layout:
+        """The route's own layout settings (unset ones come from ``tables``: router.decisions.table_layout)."""
+        return Layout(self.partition_by, self.sort_by)
 
     @property
     def header_names(self) -> tuple[str, ...]:
@@ -113,6 +126,7 @@ def compile_route(route: RouteConfig) -> CompiledRoute:
         write=route.write,
         format=route.format,
         format_version=route.format_version,
+        sort_by=route.sort_by,
     )
 
 
@@ -217,8 +231,7 @@ def fan_in_conflicts(config: RouterConfig) -> list[str]:
         if not route.placeholders:
             table = route.table_template if "." in route.table_template \
                 else f"{routing.default_namespace}.{route.table_template}"
-            literal.setdefault(table, []).append(Feed(route.name, None, route.evolution, route.columns,
-                                                      route.write, route.partition_by))
+            literal.setdefault(table, []).append(Feed.of(route, None, route.evolution))
     for topic in config.kafka.topics:
         for route in routing.routes_for_topic(topic):
             if route.named_by_data:
@@ -228,8 +241,7 @@ def fan_in_conflicts(config: RouterConfig) -> list[str]:
             except RouteError:
                 continue
             policy = resolve_policy(config.evolution, topic, route.evolution, config.tables.auto_create)
-            by_topic.setdefault(table, []).append(Feed(route.name, topic, policy, route.columns, route.write,
-                                                       route.partition_by))
+            by_topic.setdefault(table, []).append(Feed.of(route, topic, policy))
     found = {table: fan_in_conflict(table, feeds) for table, feeds in literal.items()}
     for table, feeds in by_topic.items():
         found[table] = found.get(table) or fan_in_conflict(table, feeds)

@@ -68,7 +68,8 @@ def test_resolution_order() -> None:
         {r"audit\..*": "freeze", r"orders\..*": {"new_column": "dlq"}, r"orders\.eu": {"new_column": "freeze"}},
     )
     assert ps.resolve("clicks") == EvolutionPolicy(type_change=Mode.FREEZE)
-    assert ps.resolve("audit.login") == EvolutionPolicy(Mode.FREEZE, Mode.FREEZE, Mode.FREEZE)
+    assert ps.resolve("audit.login") == EvolutionPolicy(Mode.FREEZE, Mode.FREEZE, Mode.FREEZE,
+                                                        partition_change=Mode.FREEZE, sort_order_change=Mode.FREEZE)
     # first matching pattern wins, the global layer stays underneath
     assert ps.resolve("orders.eu") == EvolutionPolicy(new_column=Mode.DLQ, type_change=Mode.FREEZE)
     # route rule overrides only the keys it names
@@ -97,4 +98,5 @@ def test_to_dict_and_pickle() -> None:
     again = pickle.loads(pickle.dumps(ps))
     assert again.resolve("a.b") == ps.resolve("a.b")
     assert ps.resolve("a.b").to_dict() == {"new_table": "freeze", "new_column": "freeze",
-                                           "type_change": "dlq", "optional_on_create": True}
+                                           "type_change": "dlq", "optional_on_create": True,
+                                           "partition_change": "freeze", "sort_order_change": "freeze"}

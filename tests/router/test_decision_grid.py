@@ -3,7 +3,8 @@
 The job runs its executor path without Spark (`process_partition` + the real commit), against the
 real registry and the SQLite and PostgreSQL catalogs; plan and check run on the same config. Each
 case changes one input of the decision: policy (default, topic pattern, route), the route's column
-projection, case sensitivity, `tables.auto_create`.
+projection, case sensitivity, `tables.auto_create`, and the table's layout: a `partition_by` or
+`sort_by` that differs from the table's (the table made by a first run with `first`'s settings).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 import router.cli.demo_data as data
+from evolution.layout import partition_terms, sort_terms
 from router.planning.check import check_command
 from router.planning.plan import plan_command
 from router.catalog import get_catalog, load_table
@@ -44,6 +46,7 @@ class Case:
     config: dict = field(default_factory=dict)
     v1: dict | None = field(default_factory=lambda: V1)
     v1_value: dict = field(default_factory=lambda: V1_VALUE)
+    first: dict | None = None  # the first run's config (the table's layout before), else `config`
 
 
 CASES = [
@@ -69,6 +72,18 @@ CASES = [
     Case("new-table", V1, V1_VALUE, blocked=False, v1=None),
     Case("new-table-without-auto-create", V1, V1_VALUE, blocked=True, config={"tables": {"auto_create": False}},
          v1=None),
+    Case("partition-spec-change", V1, V1_VALUE, blocked=False, first={"tables": {"partition_by": ["bucket(4, id)"]}},
+         config={"tables": {"partition_by": ["truncate(10, id)"]}}),
+    Case("partition-spec-change-frozen", V1, V1_VALUE, blocked=True,
+         first={"tables": {"partition_by": ["bucket(4, id)"]}},
+         config={"tables": {"partition_by": ["truncate(10, id)"]},
+                 "evolution": {"default": {"partition_change": "freeze"}}}),
+    Case("sort-order-change", V1, V1_VALUE, blocked=False, first={}, config={"tables": {"sort_by": ["total desc"]}}),
+    Case("sort-order-change-route-freeze", V1, V1_VALUE, blocked=True, first={},
+         config={"tables": {"sort_by": ["id"]}}, route={"evolution": {"sort_order_change": "freeze"}}),
+    Case("partition-by-a-column-the-change-adds", rec(("id", "long"), ("total", "double"), ("extra", "int"), NOTE),
+         {"id": 2, "total": 1.0, "extra": 4, "note": "n"}, blocked=False,
+         config={"tables": {"partition_by": ["identity(note)"]}}),
 ]
 
 
@@ -84,7 +99,10 @@ def test_job_plan_and_check_agree(case: Case, catalog_config, registry_url, uniq
     SchemaRegistryClient({"url": registry_url}).set_compatibility(subject, "NONE")  # only the table decides
     if case.v1 is not None:
         enc = data.Encoder(case.v1, data.register(registry_url, subject, case.v1))
-        _, report = run_batch(dispatcher, [source_batch([(topic, 0, 0, enc(case.v1_value), None)])], 0)
+        route = {"name": "main", "topic": rf"{ns}\.orders", "table": f"{ns}.{{topic}}"}
+        first = dispatcher if case.first is None else make_dispatcher(catalog_config, registry_url, ns, [route],
+                                                                      **case.first)
+        _, report = run_batch(first, [source_batch([(topic, 0, 0, enc(case.v1_value), None)])], 0)
         assert not report.failed
     else:
         get_catalog(catalog_config)  # the job's first run creates the catalog; plan and check never do
@@ -110,8 +128,17 @@ def test_job_plan_and_check_agree(case: Case, catalog_config, registry_url, uniq
     statuses = {by_subject[0]["status"], by_file[0]["status"], checked["tables"][0]["plan"]["status"]}
     assert len(statuses) == 1, statuses
     assert by_subject[0]["violations"] == by_file[0]["violations"] == checked["tables"][0]["plan"]["violations"]
+    assert by_subject[0]["changes"] == by_file[0]["changes"] == checked["tables"][0]["plan"]["changes"]
+    if {v["kind"] for v in by_subject[0]["violations"]} & {"partition_change", "sort_order_change"}:
+        assert "\n" not in outcome.failure and outcome.failure.startswith(f"{table}: ")  # one line naming it
     assert by_subject[0]["blocked"] is by_file[0]["blocked"] is (code == 1) is (not written) is case.blocked
     assert len(rows) == (case.v1 is not None) + written
     if written:  # the table has exactly the columns the plans announced (metadata columns included)
         columns = [f.name for f in load_table(config.catalog, table, refresh=True).schema().fields]
         assert re.findall(r"^\s*\d+: ([^:]+):", by_subject[0]["target_schema"], re.M) == columns
+        metadata = load_table(config.catalog, table).metadata
+        for change in by_subject[0]["changes"]:  # and the layout they announced
+            if change["kind"] == "partition_spec":
+                assert list(partition_terms(metadata.spec(), metadata.schema())) == change["to"]
+            if change["kind"] == "sort_order":
+                assert list(sort_terms(metadata.sort_order(), metadata.schema())) == change["to"]

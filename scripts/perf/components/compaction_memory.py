@@ -42,7 +42,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask
 
 from router.catalog import load_table
-from router.catalog.datafiles import RollingWriter
+from router.catalog.rolling import RollingWriter
 from router.config import CatalogConfig
 from router.maintenance import compaction
 
@@ -128,7 +128,7 @@ def _pooled(file_index: int, rows: int):
 def _rolling(table, data) -> list:
     """One file written as compaction writes its output (row groups of ROW_GROUP_BUFFER_BYTES of Arrow):
     what the next compaction reads back."""
-    from router.catalog.datafiles import RollingWriter
+    from router.catalog.rolling import RollingWriter
 
     writer = RollingWriter(table, 1 << 62)
     for batch in data.to_batches(max_chunksize=65536):

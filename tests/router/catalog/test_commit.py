@@ -247,3 +247,32 @@ def test_a_lost_swap_is_retried_at_once_and_repeated_losses_back_off(catalog_con
     outcome = commit_table(catalog_config, mine, JOB, 1)
     assert (outcome.status, outcome.attempts, waits) == ("committed", 3, [1])
     assert ids_in(catalog_config, name) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 200, 300]
+
+
+def test_files_written_before_the_partition_spec_evolved_commit_under_their_own_spec(catalog_config, unique_name):
+    """A task wrote its files, then another task evolved the table's spec before this commit: the files
+    are listed in a manifest of the spec they were written in, so every reader prunes them right."""
+    from pyiceberg.expressions import EqualTo
+    from pyiceberg.transforms import BucketTransform
+
+    table_id = f"{unique_name('l')}.t"
+    create_table(catalog_config, table_id, SCHEMA, partition_by=["identity(body)"])
+    early = result_for(catalog_config, table_id, "t/0", 0, 10)  # identity(body) files, not committed
+    with load_table(catalog_config, table_id, refresh=True).update_spec() as update:  # the other task
+        update.remove_field("body")
+        update.add_field("id", BucketTransform(4), "id_bucket")
+    outcome = commit_table(catalog_config, early, JOB, 0)
+    assert outcome.status == "committed"
+    later = result_for(catalog_config, table_id, "t/0", 10, 10)
+    assert {f.spec_id for f in later.data_files} == {1}
+    assert commit_table(catalog_config, later, JOB, 1).status == "committed"
+
+    table = load_table(catalog_config, table_id, refresh=True)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert {m.partition_spec_id for m in manifests} == {0, 1}
+    early_values = {e.data_file.partition[0] for m in manifests if m.partition_spec_id == 0
+                    for e in m.fetch_manifest_entry(table.io)}
+    assert early_values == {f"t/0:{i}" for i in range(10)}  # identity(body) values, read as spec 0 has them
+    assert sorted(read_iceberg(table).column("id").to_pylist()) == list(range(20))
+    for i in (3, 13):  # each found through its own spec's partition values
+        assert table.scan(row_filter=EqualTo("body", f"t/0:{i}")).to_arrow().column("id").to_pylist() == [i]

@@ -29,7 +29,7 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import StringType
 
-from router.catalog import datafiles
+from router.catalog import datafiles, rolling
 from router.catalog.datafiles import write_data_files
 from router.catalog import DEFAULT_TABLE_PROPERTIES
 from scripts.perf.components.writer import SCHEMA  # every kind of column the writer converts
@@ -310,7 +310,7 @@ def test_rolling_writer_streams_batches_into_one_file_per_partition_with_pyicebe
         catalog, unique_name, spec):
     table = make_table(catalog, unique_name, spec)
     data = sample()
-    writer = datafiles.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)  # every batch a row group
+    writer = rolling.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)  # every batch a row group
     for batch in data.to_batches(max_chunksize=20):
         writer.write(batch)
     ours = writer.close()
@@ -340,7 +340,7 @@ def test_rolling_writer_rolls_over_at_the_target_size_on_disk(catalog, unique_na
     table = make_table(catalog, unique_name)
     data = sample(3000)
     target = 24 * 1024
-    writer = datafiles.RollingWriter(table, target_file_size=target, buffer_bytes=16 * 1024)
+    writer = rolling.RollingWriter(table, target_file_size=target, buffer_bytes=16 * 1024)
     for batch in data.to_batches(max_chunksize=100):
         writer.write(batch)
     ours = writer.close()
@@ -354,7 +354,7 @@ def test_rolling_writer_rolls_over_at_the_target_size_on_disk(catalog, unique_na
 
 def test_rolling_writer_abort_names_every_file_it_started(catalog, unique_name):
     table = make_table(catalog, unique_name, "identity")
-    writer = datafiles.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)
+    writer = rolling.RollingWriter(table, target_file_size=1 << 30, buffer_bytes=1)
     writer.write(sample(60))
     paths = writer.abort()
     assert len(paths) == len(set(paths)) == 6  # one open file per name (five names and null)
