@@ -67,10 +67,16 @@ def _rows(ids: np.ndarray, version: int) -> pa.Table:
 
 def _build(catalog, name: str, rows: int, files: int):
     from router.catalog import DEFAULT_TABLE_PROPERTIES
-    from router.catalog.sql import StagedTransaction
-    from router.catalog.datafiles import write_data_files
 
     table = catalog.create_table(f"bench.{name}", schema=_schema(), properties=dict(DEFAULT_TABLE_PROPERTIES))
+    return fill(table, rows, files)
+
+
+def fill(table, rows: int, files: int):
+    """`rows` keys 0.. in `files` data files, appended in one commit: the table an upsert batch starts from."""
+    from router.catalog.datafiles import write_data_files
+    from router.catalog.sql import StagedTransaction
+
     written = []
     for i in range(files):
         written += write_data_files(table, _rows(np.arange(i * rows // files, (i + 1) * rows // files), 0))

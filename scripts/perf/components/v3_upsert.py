@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from scripts.perf.components.upsert_commit import Keys, _rows, _schema
+from scripts.perf.components.upsert_commit import Keys, _rows, _schema, fill
 from scripts.perf.report import emit
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,18 +41,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _build(config, name: str, rows: int, files: int, version: int):
     from router.catalog import create_table
-    from router.catalog.datafiles import write_data_files
-    from router.catalog.sql import StagedTransaction
 
     table = create_table(config, f"bench.{name}", _schema(), properties={"format-version": str(version)})
-    written = []
-    for i in range(files):
-        written += write_data_files(table, _rows(np.arange(i * rows // files, (i + 1) * rows // files), 0))
-    with StagedTransaction(table) as tx:
-        with tx.update_snapshot().fast_append() as append:
-            for f in written:
-                append.append_data_file(f)
-    return table
+    return fill(table, rows, files)
 
 
 def commit(table, updates, inserts, deletes, version: int) -> dict:
