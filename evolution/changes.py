@@ -83,39 +83,41 @@ class RenameColumn:
 
 
 @dataclass(frozen=True)
-class ChangePartitionSpec:
-    """The table's partition spec, as configuration terms, before and after (evolution/layout.py).
-
-    New data files are written in the new spec; files already written keep theirs."""
+class _LayoutChange:
+    """A table-wide layout setting, as configuration terms, before and after (evolution/layout.py)."""
 
     from_terms: tuple[str, ...]
     to_terms: tuple[str, ...]
     path: Path = ()
-    kind = "partition_spec"
+    kind = ""
+    label = ""  # what `describe` calls the setting
+    empty = ""  # ... and the setting without terms
 
     def describe(self) -> str:
-        return (f"~ partition spec: {', '.join(self.from_terms) or 'unpartitioned'} -> "
-                f"{', '.join(self.to_terms) or 'unpartitioned'}")
+        return (f"~ {self.label}: {', '.join(self.from_terms) or self.empty} -> "
+                f"{', '.join(self.to_terms) or self.empty}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": [], "from": list(self.from_terms), "to": list(self.to_terms)}
 
 
 @dataclass(frozen=True)
-class ChangeSortOrder:
-    """The table's sort order before and after: new data files are sorted by the new one."""
+class ChangePartitionSpec(_LayoutChange):
+    """The table's partition spec: new data files are written in the new spec; files already written
+    keep theirs."""
 
-    from_terms: tuple[str, ...]
-    to_terms: tuple[str, ...]
-    path: Path = ()
+    kind = "partition_spec"
+    label = "partition spec"
+    empty = "unpartitioned"
+
+
+@dataclass(frozen=True)
+class ChangeSortOrder(_LayoutChange):
+    """The table's sort order: new data files are sorted by the new one."""
+
     kind = "sort_order"
-
-    def describe(self) -> str:
-        return (f"~ sort order: {', '.join(self.from_terms) or 'unsorted'} -> "
-                f"{', '.join(self.to_terms) or 'unsorted'}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": [], "from": list(self.from_terms), "to": list(self.to_terms)}
+    label = "sort order"
+    empty = "unsorted"
 
 
 Change = Union[AddColumn, WidenColumn, MakeOptional, RenameColumn, ChangePartitionSpec, ChangeSortOrder]
