@@ -30,6 +30,7 @@ from router.executor.fused_reader import write_handoff
 from router.routing import RoutingTable
 from router.routing.routes import commit_cadence
 from router.source import KafkaSourceOptions, jvm_kafka_available, kafka_stream
+from router.source.cadence import Cadence
 from router.source.metadata import BrokerMetadata
 from router.source.offsets import ResumePlan
 from router.source.options import source_options
@@ -72,7 +73,7 @@ def with_cadence(options: KafkaSourceOptions, config: RouterConfig, python_sourc
     """The source options with the routes' commit cadence (router/source/cadence.py) when a route
     waits; the file the planner says what waits in lives beside the hand-off file."""
     routes = commit_cadence(config)
-    if all(seconds is None and records is None for *_, seconds, records in routes):
+    if Cadence.from_json({"routes": routes}) is None:  # every route commits every batch
         return options
     if not python_source:
         log.warning("commit_after is not applied: the JVM Kafka source reads every partition every batch "
