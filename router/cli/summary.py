@@ -30,9 +30,14 @@ def duckdb_connect(io_properties: Mapping[str, Any] | None = None):
     S3 secret made from them, so ``iceberg_scan('s3://...')`` reads the same objects pyiceberg
     wrote. Keys missing from the properties come from ``AWS_ACCESS_KEY_ID`` /
     ``AWS_SECRET_ACCESS_KEY``, as pyiceberg's own fallback does.
+
+    DuckDB's external file cache is off: with it on, DuckDB 1.5.5 can hand one deletion vector's
+    bytes to another from a Puffin file holding several (format v3; Java writes such files too),
+    and a scan then shows deleted rows and hides live ones (docs/v3.md, readers).
     """
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "enable_external_file_cache": False})
     for name in ("avro", "iceberg"):
         _load_extension(con, name)
     props = {k: str(v) for k, v in (io_properties or {}).items()}
