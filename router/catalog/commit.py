@@ -74,7 +74,7 @@ class CommitOutcome:
     committed_at: float = 0.0  # wall clock (time.time()) when the table's commit became visible
     where: str = "driver"  # driver | task
     deleted_rows: int = 0  # upsert tables: rows this commit deleted (replaced or removed keys)
-    delete_files: int = 0  # upsert tables: position-delete files this commit added
+    delete_files: int = 0  # upsert tables: delete files this commit added (v3: its one Puffin file of vectors)
     bytes: int = 0  # data and delete files' bytes this commit added
     merged: int = 0  # small data files merged into one in this commit's snapshot (catalog/merge_small.py)
     expired_files: int = 0  # files only the snapshots this commit expired referenced, deleted (catalog/reachable.py)
@@ -178,7 +178,7 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             # the committed transaction updated `table` in place (no extra catalog round trip)
             outcome.status = "committed"
             outcome.deleted_rows = getattr(deletes, "rows", 0)
-            outcome.delete_files = len(deletes)
+            outcome.delete_files = len({f.file_path for f in deletes})  # v3's vectors share one Puffin file
             outcome.bytes += sum({f.file_path: f.file_size_in_bytes for f in deletes}.values())
             outcome.snapshot_id = table.metadata.current_snapshot_id
             outcome.expired = len(expire)
