@@ -1,7 +1,8 @@
 """Read time of an upsert table after 100 change batches, against the same table compacted.
 
     python scripts/bench_upsert_read.py [--rows 2000000] [--files 20] [--batches 100]
-                                        [--batch-keys 2000 10000] [--runs 3] [--json benchmarks/upsert_read.json]
+                                        [--batch-keys 2000 10000] [--runs 3] [--format-versions 2 3]
+                                        [--json benchmarks/upsert_read.json]
 
 An upsert table (key `id`, identifier field, format v2, created as the job
 creates tables) is loaded with `--rows` rows in `--files` commits, then takes
@@ -28,6 +29,10 @@ scheduler compacts a table once `maintenance.compact_after_files` data and
 delete files were committed to it. So the same batches also go into a second
 table maintained that way (`--read-every`: DuckDB reads it every N batches),
 and the worst of those reads against the compacted table is reported too.
+
+`--format-versions 2 3` (the default) runs every table as format v2 (position-delete files) and
+as v3 (deletion vectors), interleaved per size; v2 is reported at the top level, v3 under `v3`
+(target: its maintained table's last read <= 1.1x the compacted one).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SEED = 20_261_126
 JOB = "bench-read"
 TARGET_RATIO = 2.0
+V3_TARGET_RATIO = 1.1
 MIX = {"updates": 0.7, "inserts": 0.2, "deletes": 0.1}
 
 
@@ -141,13 +147,13 @@ def _commit(catalog, name: str, arrow_schema, ids, touched, deletes: int, versio
 
 
 def build(catalog, name: str, rows: int, files: int, batches: int, batch_keys: int,
-          after_batch=None) -> tuple[Truth, dict]:
+          after_batch=None, format_version: int = 2) -> tuple[Truth, dict]:
     """The table: `rows` in `files` snapshot commits, then `batches` change batches; timings.
     `after_batch(batch, outcome, truth)` runs after each change batch's commit."""
     from evolution.arrow import iceberg_to_arrow
     from router.catalog import create_table
 
-    table = create_table(catalog, name, _schema())
+    table = create_table(catalog, name, _schema(), properties={"format-version": str(format_version)})
     arrow_schema = iceberg_to_arrow(table.schema())
     truth = Truth(rows)
     offset, batch_id, timings = 0, 0, {"load_s": 0.0, "batches": []}
@@ -203,16 +209,21 @@ def read_pyiceberg(table, snapshot_id: int) -> tuple[float, tuple]:
     return time.perf_counter() - started, _summary(data)
 
 
-def run_size(catalog, rows: int, files: int, batches: int, batch_keys: int, runs: int) -> dict:
+def _name(batch_keys: int, format_version: int, suffix: str = "") -> str:
+    return f"bench.customers_{batch_keys}{'' if format_version == 2 else f'_v{format_version}'}{suffix}"
+
+
+def run_size(catalog, rows: int, files: int, batches: int, batch_keys: int, runs: int,
+             format_version: int = 2) -> dict:
     """One table: built, its last snapshot compacted, both read `runs` times by DuckDB and pyiceberg."""
     from router.catalog import load_table
     from router.cli.summary import metadata_path
     from router.config import MaintenanceConfig
     from router.maintenance import compact, plan_compaction
 
-    name = f"bench.customers_{batch_keys}"
+    name = _name(batch_keys, format_version)
     started = time.perf_counter()
-    truth, timings = build(catalog, name, rows, files, batches, batch_keys)
+    truth, timings = build(catalog, name, rows, files, batches, batch_keys, format_version=format_version)
     build_s = time.perf_counter() - started
     table = load_table(catalog, name, refresh=True)
     before_id, before_file = table.metadata.current_snapshot_id, metadata_path(table)
@@ -264,7 +275,7 @@ def run_size(catalog, rows: int, files: int, batches: int, batch_keys: int, runs
 
 
 def run_maintained(catalog, rows: int, files: int, batches: int, batch_keys: int, read_every: int,
-                   reads: int, compacted_seconds: float) -> dict:
+                   reads: int, compacted_seconds: float, format_version: int = 2) -> dict:
     """The same batches (same seed) into a table the job's scheduler maintains: after each commit,
     `MaintenanceScheduler.maybe_run` with the default `maintenance` settings (due once
     `compact_after_files` data and delete files were committed; the job runs it on its background
@@ -276,7 +287,7 @@ def run_maintained(catalog, rows: int, files: int, batches: int, batch_keys: int
     from router.config import MaintenanceConfig
     from router.maintenance import MaintenanceScheduler
 
-    name = f"bench.customers_{batch_keys}_maintained"
+    name = _name(batch_keys, format_version, "_maintained")
     settings = MaintenanceConfig()
     config = SimpleNamespace(catalog=catalog, maintenance=settings)  # all of RouterConfig the scheduler reads
     scheduler = MaintenanceScheduler(config, interval_seconds=0, after_files=settings.compact_after_files)
@@ -305,40 +316,55 @@ def run_maintained(catalog, rows: int, files: int, batches: int, batch_keys: int
                             "ratio": round(seconds / compacted_seconds, 2),
                             "data_files": st["data_files"], "delete_files": st["delete_files"]})
 
-    build(catalog, name, rows, files, batches, batch_keys, after_batch)
+    build(catalog, name, rows, files, batches, batch_keys, after_batch, format_version)
     worst = max(checkpoints, key=lambda c: c["ratio"])
     return {"compact_after_files": settings.compact_after_files, "maintenance_runs": runs,
             "checkpoints": checkpoints, "worst_ratio": worst["ratio"], "worst_at_batch": worst["batch"],
             "last_ratio": checkpoints[-1]["ratio"], "within_target": worst["ratio"] <= TARGET_RATIO}
 
 
-def run(rows: int, files: int, batches: int, sizes: list[int], runs: int, read_every: int) -> dict:
+def _summaries(results: dict) -> dict:
+    maintained = {k: r["maintained"] for k, r in results.items() if "maintained" in r}
+    return {"duckdb_ratio": {k: r["duckdb_ratio"] for k, r in results.items()},
+            "pyiceberg_ratio": {k: r["pyiceberg_ratio"] for k, r in results.items()},
+            "duckdb_ratio_maintained_worst": {k: m["worst_ratio"] for k, m in maintained.items()},
+            "duckdb_ratio_maintained_last": {k: m["last_ratio"] for k, m in maintained.items()}}
+
+
+def run(rows: int, files: int, batches: int, sizes: list[int], runs: int, read_every: int,
+        versions: list[int]) -> dict:
+    """Every size for every format version, versions interleaved per size (same seeded batches)."""
     load_before = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="bench_upsert_read_"))
     started = time.perf_counter()
+    results: dict[int, dict] = {v: {} for v in versions}
     try:
         catalog = bench_catalog(work, name="bench_upsert_read")
-        results = {str(size): run_size(catalog, rows, files, batches, size, runs) for size in sizes}
         for size in sizes:
-            if read_every:
-                compacted = results[str(size)]["read_seconds_median"]["duckdb_compacted"]
-                results[str(size)]["maintained"] = run_maintained(catalog, rows, files, batches, size, read_every,
-                                                                  runs, compacted)
+            for v in versions:
+                results[v][str(size)] = run_size(catalog, rows, files, batches, size, runs, v)
+        for size in sizes:
+            for v in versions if read_every else ():
+                compacted = results[v][str(size)]["read_seconds_median"]["duckdb_compacted"]
+                results[v][str(size)]["maintained"] = run_maintained(catalog, rows, files, batches, size,
+                                                                     read_every, runs, compacted, v)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {
+    report = {
         "benchmark": "upsert_read", "rows": rows, "initial_files": files, "batches": batches, "mix": MIX,
         "python": platform.python_version(), "cpus": os.cpu_count(),
         "versions": {m: __import__(m).__version__ for m in ("pyiceberg", "pyarrow", "duckdb")},
-        "duckdb_target_ratio": TARGET_RATIO,
-        "duckdb_ratio": {k: r["duckdb_ratio"] for k, r in results.items()},
-        "pyiceberg_ratio": {k: r["pyiceberg_ratio"] for k, r in results.items()},
-        "duckdb_ratio_maintained_worst": {k: r["maintained"]["worst_ratio"] for k, r in results.items()
-                                          if "maintained" in r},
-        "results": results,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
+        "format_versions": versions, "duckdb_target_ratio": TARGET_RATIO,
     }
+    first, *others = versions
+    report.update(_summaries(results[first]))  # format v2 (position-delete files) unless told otherwise
+    report["results"] = results[first]
+    for v in others:  # v3: deletion vectors; the maintained table's last read against the compacted one <= 1.1
+        report[f"v{v}"] = {**_summaries(results[v]), "maintained_last_target": V3_TARGET_RATIO,
+                           "results": results[v]}
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    report["load_before"], report["load_after"] = load_before, [round(x, 2) for x in os.getloadavg()]
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,10 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="reads of each snapshot by each reader")
     ap.add_argument("--read-every", type=int, default=10,
                     help="maintained table: a DuckDB read every N batches (0: no maintained table)")
+    ap.add_argument("--format-versions", type=int, nargs="+", default=[2, 3], choices=(2, 3),
+                    help="one table per size per format version, the first one reported at the top level")
     ap.add_argument("--json", dest="json_file", default=str(ROOT / "benchmarks" / "upsert_read.json"))
     args = ap.parse_args(argv)
-    return emit(run(args.rows, args.files, args.batches, args.batch_keys, args.runs, args.read_every),
-                args.json_file)
+    return emit(run(args.rows, args.files, args.batches, args.batch_keys, args.runs, args.read_every,
+                    args.format_versions), args.json_file)
 
 
 if __name__ == "__main__":
