@@ -244,6 +244,13 @@ def replaced_rows(table, work, new_data_files=()) -> RowDeletes:
                                           rows_of_keys(table, new_data_files, work.key_columns, stale)])
             if positions.num_rows == 0:
                 return RowDeletes()
+    return delete_positions(table, positions, files, new_data_files)
+
+
+def delete_positions(table, positions: pa.Table, files=None, new_data_files=()) -> RowDeletes:
+    """Deletes (not committed) for `positions` (columns file_path, pos) in the form the table's format
+    takes: position-delete files on v2, deletion vectors on v3, merged with each file's last one."""
+    files = files or snapshot_files(table)
     if table.metadata.format_version >= 3:
         vectors = write_deletion_vectors(table, split_by_path(positions.column("file_path"), positions.column("pos")),
                                          files, new_data_files)

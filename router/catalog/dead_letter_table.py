@@ -60,9 +60,11 @@ def replay_counts(table, job: str) -> dict[str, int]:
     return {k: int(doc.get(k, 0)) for k in REPLAY_COUNTS}
 
 
-def ensure_dead_letter_table(catalog, identifier: str):
-    """The dead-letter table, created on first use (by the driver at start, so tasks never race)."""
+def ensure_dead_letter_table(catalog, identifier: str, format_version: int = 2):
+    """The dead-letter table, created on first use (by the driver at start, so tasks never race) at
+    `format_version` (``tables.format_version``: replays delete letters as the table's format says)."""
     try:
         return load_table(catalog, identifier)
     except NoSuchTableError:
-        return create_table(catalog, identifier, DLQ_ICEBERG_SCHEMA, DLQ_PARTITION_BY)
+        return create_table(catalog, identifier, DLQ_ICEBERG_SCHEMA, DLQ_PARTITION_BY,
+                            properties={"format-version": str(format_version)})

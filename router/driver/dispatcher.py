@@ -163,7 +163,7 @@ class Dispatcher:
             # now in a table or a dead letter (where a restart without checkpoint may begin).
             dlq_result = dlq_result or TableResult(dlq_table)
             dlq_result.settled = dict(self.last_settled)
-            ensure_dead_letter_table(self.config.catalog, dlq_table)
+            ensure_dead_letter_table(self.config.catalog, dlq_table, self.config.tables.format_version)
             dlq_report = self.commit_with_outage_retry({dlq_table: dlq_result}, batch_id)  # waits out a catalog outage
             if dlq_report.failed:
                 # Without the DLQ commit, records would be lost: fail the batch so Spark replays it.

@@ -89,7 +89,7 @@ def prepare_catalog(config: RouterConfig) -> None:
     once on the driver, so the first tasks never race to do it."""
     get_catalog(config.catalog)
     if config.dlq.table:
-        ensure_dead_letter_table(config.catalog, config.dlq.table)
+        ensure_dead_letter_table(config.catalog, config.dlq.table, config.tables.format_version)
     check_table_modes(config)
 
 

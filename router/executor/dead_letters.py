@@ -98,7 +98,7 @@ def write_dead_letters(ctx: DispatchContext, source: pa.Table, letters: list[Dea
         else:
             log.warning("%d dead letters and no dlq.table configured", batch.num_rows)
         return
-    table = ensure_dead_letter_table(ctx.catalog, ctx.dlq.table)
+    table = ensure_dead_letter_table(ctx.catalog, ctx.dlq.table, ctx.tables.format_version)
     letter_keys = progress.tp_keys(batch.column("topic"), batch.column("partition"), batch.column("table_name"))
     keep = progress.trim_mask(letter_keys, batch.column("offset"),
                               progress.stored_progress(table, ctx.job).get("offsets", {}))

@@ -150,7 +150,10 @@ def list_tables(catalog, pattern: str = "*") -> list[str]:
 
 def routed_format_version(config: RouterConfig, table: str) -> int | None:
     """The format version the routes that can name `table` ask for (the first such route's, else
-    ``tables.format_version``); None when no route names it (the dead-letter table, others' tables)."""
+    ``tables.format_version``; the dead-letter table's is ``tables.format_version``); None when no
+    route names it (others' tables)."""
+    if config.dlq.table and table == config.dlq.table:
+        return config.tables.format_version
     routing = RoutingTable(config.routes, config.tables, config.dlq)
     for route in routing.routes:
         template = route.table_template if "." in route.table_template \

@@ -21,10 +21,9 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 
 from router.catalog import load_table
-from router.catalog.commit import replaced_rows
+from router.catalog.commit import RowDeletes, delete_positions, replaced_rows
 from router.catalog.datafiles import write_data_files
 from router.catalog.dead_letter_table import DLQ_ARROW_SCHEMA, REPLAY_COUNTS, REPLAYS_PROPERTY
-from router.catalog.deletes import write_position_deletes
 from router.catalog.row_delta import row_delta
 from router.catalog.snapshot_files import deleted_positions, snapshot_files
 from router.catalog.sql import StagedTransaction
@@ -233,9 +232,9 @@ def commit_letters(config: RouterConfig, done: set[tuple], new_letters: pa.Table
         gone = [(r[FILE], r[POS]) for r in rows if identity(r) in done]
         written, deletes = [], []
         try:
-            deletes = write_position_deletes(dlq, pa.table({"file_path": [p for p, _ in gone],
-                                                            "pos": pa.array([i for _, i in gone], pa.int64())}),
-                                             files) if gone else []
+            deletes = delete_positions(dlq, pa.table({"file_path": [p for p, _ in gone],
+                                                      "pos": pa.array([i for _, i in gone], pa.int64())}),
+                                       files) if gone else RowDeletes()
             written = write_data_files(dlq, new_letters) if new_letters.num_rows else []
             previous = json.loads(dlq.metadata.properties.get(prop) or "{}")
             stats = {k: int(previous.get(k, 0)) + counts.get(k, 0) for k in REPLAY_COUNTS}
@@ -243,7 +242,8 @@ def commit_letters(config: RouterConfig, done: set[tuple], new_letters: pa.Table
             tx = StagedTransaction(dlq)
             tx.set_properties({prop: json.dumps(stats, sort_keys=True)})
             row_delta(tx, written, deletes, snapshot_properties={"icerouter.replay": str(len(gone)),
-                                                                 **carried_progress(dlq)})
+                                                                 **carried_progress(dlq)},
+                      removed_delete_files=deletes.replaced)
             tx.commit_transaction()
             return
         except (CommitFailedException, ValidationException) as exc:

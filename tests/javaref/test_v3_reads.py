@@ -211,3 +211,33 @@ def test_a_v2_cdc_table_upgraded_by_maintain_after_plan_showed_it(java_reader, c
     table = load_table(catalog_config, name, refresh=True)
     assert len(assert_readers_agree(java_reader, table)) == len(script.rows)
     assert "format v3" not in plan_command(v3.config, subjects=[f"{topic}-value"])[0]  # nothing left to change
+
+
+def test_v3_dead_letters_replayed_compacted_and_expired(java_reader, tmp_path, registry_url, unique_name):
+    """`tables.format_version: 3` makes the dead-letter table v3 too: a replay deletes the letters it
+    landed with a deletion vector; Java, DuckDB and pyiceberg read it and the table the letters
+    landed in alike, after the replay, after compaction and after expiry."""
+    from router.catalog.expiry import expire_snapshots
+    from router.config import load_config
+    from tests.router.operations.test_replay import dlq, make_letters
+
+    ns = unique_name("v3dl")
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    _, fixed = make_letters(tmp_path, ns, registry_url, props, format_version=3)
+    config = load_config(fixed)
+    letters = load_table(config.catalog, config.dlq.table, refresh=True)
+    assert letters.metadata.format_version == 3 and len(assert_readers_agree(java_reader, letters)) == 6
+    replay = dlq(fixed, "replay", "--all", "--format", "json")
+    assert replay.returncode == 1, replay.stderr  # the garbage record fails again and stays
+    copy = load_table(config.catalog, f"{ns}.copy", refresh=True)
+    assert copy.metadata.format_version == 3
+    assert sorted(json.loads(r)["_kafka_offset"] for r in assert_readers_agree(java_reader, copy)) == list(range(9))
+    letters = load_table(config.catalog, config.dlq.table, refresh=True)
+    assert vectors_only(letters), "the replay deleted no letter"
+    left = assert_readers_agree(java_reader, letters)
+    assert [json.loads(r)["error_class"] for r in left] == ["wire_format"]
+    result = compact(letters, plan_compaction(letters, MiB), MiB)
+    assert result.files_removed >= 1
+    assert assert_readers_agree(java_reader, letters) == left and not vectors_only(letters)
+    assert expire_snapshots(letters, retain_last=1, max_age_seconds=0) >= 1
+    assert assert_readers_agree(java_reader, load_table(config.catalog, config.dlq.table, refresh=True)) == left

@@ -61,4 +61,8 @@ def test_maintain_finds_the_version_a_table_s_routes_ask_for():
                 {"name": "logs", "table": "logs_{topic}"}], format_version=2)
     assert routed_format_version(c, "mirror.orders") == 3
     assert routed_format_version(c, "raw.logs_orders") == 2  # no namespace: the default one; tables' version
-    assert routed_format_version(c, "ops.dead_letters") is None  # no route names it: left alone
+    assert routed_format_version(c, "ops.others") is None  # no route names it: left alone
+    # the dead-letter table follows tables.format_version (replays delete letters as its format says)
+    assert routed_format_version(c, c.dlq.table) == 2
+    v3 = config([{"name": "logs", "table": "logs_{topic}"}], format_version=3)
+    assert v3.dlq.table and routed_format_version(v3, v3.dlq.table) == 3

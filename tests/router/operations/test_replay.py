@@ -38,7 +38,8 @@ def catalog_props(request, tmp_path) -> dict:
     return {"type": "sql", "uri": uri, "warehouse": (tmp_path / "wh").as_uri()}
 
 
-def write_config(path, ns: str, registry_url: str, props: dict, fixed: bool, upsert: bool = False) -> str:
+def write_config(path, ns: str, registry_url: str, props: dict, fixed: bool, upsert: bool = False,
+                 format_version: int = 2) -> str:
     copy = {"name": "copy", "topic": rf"{ns}\.orders", "table": f"{ns}.copy"}
     if upsert:
         copy.update({"mode": "upsert", "key": ["id"]})
@@ -52,7 +53,7 @@ def write_config(path, ns: str, registry_url: str, props: dict, fixed: bool, ups
         "registry": {"url": registry_url},
         "catalog": {"name": ns, "properties": props},
         "job": {"name": f"job_{ns}"},
-        "tables": {"allowed_namespaces": [ns]},
+        "tables": {"allowed_namespaces": [ns], "format_version": format_version},
         "routes": routes,
         "dlq": {"table": f"{ns}.dead_letters"},
     }))
@@ -74,7 +75,8 @@ def out(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout)
 
 
-def make_letters(tmp_path, ns: str, registry_url: str, props: dict, upsert: bool = False) -> tuple[str, str]:
+def make_letters(tmp_path, ns: str, registry_url: str, props: dict, upsert: bool = False,
+                 format_version: int = 2) -> tuple[str, str]:
     """Letters written by the job's path under the first configuration: (first config, fixed config)."""
     orders, misc = f"{ns}.orders", f"{ns}.misc"
     v1 = data.Encoder(data.ORDER_V1, data.register(registry_url, f"{orders}-value", data.ORDER_V1))
@@ -83,8 +85,10 @@ def make_letters(tmp_path, ns: str, registry_url: str, props: dict, upsert: bool
     records = [(orders, 0, i, v2(data.order(i, version=2)), None) for i in range(5, 8)]  # a new column
     records += [(orders, 0, 8, v1(data.order(8)), None), (orders, 0, 9, b"garbage", None)]
     records += [(misc, 0, i, v1(data.order(100 + i)), None) for i in range(2)]  # no route yet
-    first = write_config(tmp_path / "first.yaml", ns, registry_url, props, fixed=False, upsert=upsert)
-    fixed = write_config(tmp_path / "fixed.yaml", ns, registry_url, props, fixed=True, upsert=upsert)
+    first = write_config(tmp_path / "first.yaml", ns, registry_url, props, fixed=False, upsert=upsert,
+                         format_version=format_version)
+    fixed = write_config(tmp_path / "fixed.yaml", ns, registry_url, props, fixed=True, upsert=upsert,
+                         format_version=format_version)
     dispatcher = Dispatcher(load_config(first))
     for batch_id, batch in enumerate((created, records)):
         _, report = run_batch(dispatcher, [source_batch(batch)], batch_id)
