@@ -87,6 +87,16 @@ class SnapshotFiles:
         return SnapshotFiles(snapshot_id, files, sequence, self.deletes + tuple(deletes), applies,
                              {k: tuple(v) for k, v in by_partition.items()})
 
+    def without_deletes(self, keys: set) -> SnapshotFiles | None:
+        """This index with the delete files of `keys` (format_v3.delete_key) removed; None when one of
+        them is not in it."""
+        kept = tuple((d, seq) for d, seq in self.deletes if delete_key(d) not in keys)
+        if len(self.deletes) - len(kept) != len(keys):
+            return None
+        applies = {path: tuple(d for d in found if delete_key(d) not in keys) for path, found in self._applies.items()}
+        return SnapshotFiles(self.snapshot_id, self.data, self.sequence, kept, {p: a for p, a in applies.items() if a},
+                             self._by_partition)
+
 
 def _targets(d: DataFile, seq: int, files, sequence, by_partition) -> list[str]:
     """Live data files a position-delete file applies to: the scan rule (its partition, a data sequence
@@ -136,15 +146,20 @@ def _build(table, snapshot) -> SnapshotFiles:
 
 
 def _extend(table, snapshot, parent: SnapshotFiles) -> SnapshotFiles | None:
-    """The parent's index plus what `snapshot` added, read from the manifests it wrote; None when it
-    removed files (a compaction) or the totals of its summary disagree: then the index is read whole."""
+    """The parent's index plus what `snapshot` added and minus the delete files it removed (a v3 commit
+    replaces the vectors it merges), read from the manifests it wrote; None when it removed data files
+    (a compaction) or the totals of its summary disagree: then the index is read whole."""
     io, sid = table.io, snapshot.snapshot_id
     written = [m for m in snapshot.manifests(io) if m.added_snapshot_id == sid]
     entries = [e for m in written for e in _entries(io, m, discard_deleted=False) if e.snapshot_id == sid]
-    if any(e.status == ManifestEntryStatus.DELETED for e in entries):
+    removed = [e.data_file for e in entries if e.status == ManifestEntryStatus.DELETED]
+    if any(f.content == DataFileContent.DATA for f in removed):
+        return None
+    base = parent.without_deletes({delete_key(f) for f in removed}) if removed else parent
+    if base is None:
         return None
     data, deletes = _split(table, (e for e in entries if e.status == ManifestEntryStatus.ADDED))
-    found = parent.plus(sid, data, deletes)
+    found = base.plus(sid, data, deletes)
     summary = snapshot.summary
     for total, have in (("total-data-files", len(found.data)), ("total-delete-files", len(found.deletes))):
         if summary is not None and summary.get(total) is not None and int(summary.get(total)) != have:

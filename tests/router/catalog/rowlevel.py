@@ -14,7 +14,7 @@ from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransfor
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from router.catalog import DEFAULT_TABLE_PROPERTIES
-from router.catalog.deletes import write_position_deletes
+from router.catalog.commit import delete_positions
 from router.catalog.locate import locate_keys
 from router.catalog.row_delta import row_delta
 from router.catalog.sql import StagedTransaction
@@ -67,10 +67,10 @@ def upsert(table, data: pa.Table, deleted_ids=(), expected: dict | None = None, 
     keys = pa.table({"id": pa.concat_arrays([data.column("id").combine_chunks(),
                                              pa.array(list(deleted_ids), pa.int64())])})
     located = locate_keys(table, keys, ["id"])
-    deletes = write_position_deletes(table, located.select(["file_path", "pos"]))
+    deletes = delete_positions(table, located.select(["file_path", "pos"]))  # vectors on v3
     files = write_data_files(table, data)
     with StagedTransaction(table) as tx:
-        row_delta(tx, files, deletes, summary or {})
+        row_delta(tx, files, deletes, summary or {}, removed_delete_files=deletes.replaced)
     if expected is not None:
         expected.update({r["id"]: r for r in data.to_pylist()})
         for i in deleted_ids:

@@ -18,6 +18,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.types import LongType
 
 import router.catalog.locate as locate_module
+from router.catalog import get_catalog
 from router.catalog.deletes import write_position_deletes
 from router.catalog.locate import locate_keys
 from router.catalog.row_delta import RowDelta
@@ -25,6 +26,7 @@ from router.catalog.snapshot_files import (
     FILE_PATH_ID, POS_ID, clear_caches, deleted_positions, live_delete_files, read_live_rows, snapshot_files,
 )
 from router.catalog.sql import StagedTransaction
+from router.config import CatalogConfig
 from router.exceptions import RowLevelError
 from tests.router.catalog.rowlevel import append, make_table, rows_for, upsert
 
@@ -229,16 +231,20 @@ def test_live_delete_files_and_reading_a_file_with_its_deletes(catalog, unique_n
 
 
 @pytest.mark.parametrize("layout", ["unpartitioned", "bucket_day"])
+@pytest.mark.parametrize("format_version", ["2", "3"])
 def test_the_snapshot_index_matches_pyiceberg_scan_planning_snapshot_after_snapshot(catalog, unique_name, layout,
-                                                                                   monkeypatch):
-    """Built from its parent's index commit after commit, it must say what pyiceberg's planner says."""
+                                                                                   format_version, monkeypatch):
+    """Built from its parent's index commit after commit (on v3, minus the vectors each upsert
+    replaced), it must say what pyiceberg's planner says."""
     import router.catalog.snapshot_files as module
     from router.maintenance import compact, plan_compaction
 
     whole_reads = []
     real_build = module._build
     monkeypatch.setattr(module, "_build", lambda t, s: whole_reads.append(s.snapshot_id) or real_build(t, s))
-    table = make_table(catalog, unique_name("index"), layout)
+    if format_version == "3":  # pyiceberg's catalog refuses v3 tables: icerouter's catalog commits them
+        catalog = get_catalog(CatalogConfig(unique_name("v3idx"), dict(catalog.properties)))
+    table = make_table(catalog, unique_name("index"), layout, **{"format-version": format_version})
     clear_caches()
     append(table, rows_for(range(40), "v0"))
     steps = [lambda v: upsert(table, rows_for([1, 2, 30 + v], f"v{v}"), [10 + v]) for _ in range(3)]
