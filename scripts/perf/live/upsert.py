@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.perf.config import NAMESPACE, catalog_properties, commit_setting
+from scripts.perf.config import NAMESPACE, catalog_properties, commit_setting, group_commit
 from scripts.perf.services import Stack
 
 APPEND_NAMESPACE = f"{NAMESPACE}_append"
@@ -149,7 +149,7 @@ def cdc_config(args, root: Path, stack: Stack, job: str, routes: list[dict], nam
         "catalog": {"name": "bench", "properties": catalog_properties(root)},
         "job": {"name": job, "checkpoint": str(root / f"checkpoint-{job}"), "trigger_seconds": args.trigger,
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
-                **commit_setting(args.commit_in),
+                **commit_setting(args.commit_in, group_commit(args)),
                 "spark": {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [*namespaces, "ops"]},
         "routes": routes,
