@@ -38,6 +38,17 @@ def pct(value: float) -> str:
     return f"{value * 100:.0f}%"
 
 
+def group_note(d: dict) -> str:
+    """Said where a run left the job's consumer group commits out: the local broker rewrites its whole
+    store on each one (router/devstack/broker.py), a cost a Kafka cluster does not have."""
+    return "; consumer group commits off (the local broker's store rewrite)" if d.get("group_commit") == "off" else ""
+
+
+def formats_runs(d: dict) -> str:
+    rounds = d.get("rounds", 2)
+    return f"medians of {rounds} interleaved drains of {d['records_per_format'] / 1e6:g}M records{group_note(d)}"
+
+
 def live_files_max(d: dict) -> int:
     return max(s["live_per_table_max"] for s in d["files_over_time"])
 
@@ -81,7 +92,8 @@ JOB = (
         "throughput.json", lambda d: f"**{x(d['vs_baseline'])}** ({n(d['baseline']['records_per_s'])} records/s)",
         ">= x10", lambda d: d["vs_baseline"] >= 10),
     Row("the same against one raw confluent-kafka consumer (no processing)",
-        "throughput.json", lambda d: f"**{pct(d['ceiling_share'])}** of {n(d['ceiling']['records_per_s'])} records/s",
+        "throughput.json", lambda d: f"**{pct(d['ceiling_share'])}** of {n(d['ceiling']['records_per_s'])} records/s"
+                                     f"{group_note(d)}",
         ">= 40%", lambda d: d["ceiling_share"] >= 0.40),
     Row("files per table after the throughput run",
         "throughput.json", lambda d: f"{d['files']['files_per_table_mean']} (mean {d['files']['mean_file_kb']:.0f} KiB)"),
@@ -131,14 +143,15 @@ JOB = (
         ">= 70%", lambda d: d["protobuf_share_of_avro"] >= d["target_share"]),
     Row("topics without a registry: the same records as plain JSON, columns inferred (200 topics)",
         "formats.json", lambda d: f"**{x(d['ratio_to_avro']['json'])}** the Avro rate "
-                                  f"({n(d['records_per_s']['json'])} against {n(d['records_per_s']['avro'])} records/s)",
-        ">= x0.7", lambda d: d["ratio_to_avro"]["json"] >= 0.7),
+                                  f"({n(d['records_per_s']['json'])} against {n(d['records_per_s']['avro'])} "
+                                  f"records/s; {formats_runs(d)})",
+        ">= x0.8", lambda d: d["ratio_to_avro"]["json"] >= 0.8),
     Row("the same records read raw (key and value bytes)",
         "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} records/s)",
         ">= x1.5", lambda d: d["ratio_to_avro"]["raw"] >= 1.5),
     Row("Debezium JSON (the JsonConverter's envelope) into 20 CDC tables",
         "upsert_json.json", lambda d: f"**{n(d['change_events_per_s'])} change events/s**; upsert at "
-                                      f"{pct(d['upsert_vs_append'])} of append",
+                                      f"{pct(d['upsert_vs_append'])} of append{group_note(d)}",
         ">= 50,000 events/s", lambda d: d["change_events_per_s"] >= 50_000),
     Row("change streams: upsert against append, same events",
         "upsert.json", lambda d: f"{n(d['change_events_per_s'])} change events/s; upsert at "

@@ -303,7 +303,7 @@ def run_upsert(args, stack: Stack, root: Path) -> dict:
     result: dict = {"mode": "upsert", "topics": args.topics, "partitions": args.partitions,
                     "snapshot_rows_per_topic": args.cdc_rows, "changes_per_topic": args.cdc_changes, "mix": MIX,
                     "batch_records": args.batch_records, "catch_up": args.catch_up, "commit_in": args.commit_in,
-                    "load_before": load_average(), "phases": {}}
+                    "group_commit": args.group_commit, "load_before": load_average(), "phases": {}}
     stack.broker.create_topics(topics, partitions=args.partitions, timeout=120)
     fmt = getattr(args, "cdc_format", "avro")
     result["cdc_format"] = fmt
