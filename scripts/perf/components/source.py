@@ -22,7 +22,7 @@ reader's consume() sizing and with a fixed 10,000 messages per call,
 alternating: wall and CPU seconds, and the Message objects consume() returned
 (a fetch brings the partition's tail past the range along).
 
-    python scripts/bench_source.py --breakdown [--workload debezium|json] [--topics 20] [--records 100000]
+    python scripts/bench_source.py --breakdown [--workload debezium|json|avro] [--topics 20] [--records 100000]
 
 --breakdown: per record, where the source's time goes: fetch from the broker, copy into Arrow,
 decode (scripts/perf/components/source_breakdown.py).
@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--tail: repetitions of each measurement")
     ap.add_argument("--breakdown", action="store_true",
                     help="per record: fetch from the broker, copy into Arrow, decode (source_breakdown.py)")
-    ap.add_argument("--workload", choices=("debezium", "json"), default="debezium",
-                    help="--breakdown: the upsert mode's Debezium JSON events or the formats mode's plain JSON")
+    ap.add_argument("--workload", choices=("debezium", "json", "avro"), default="debezium",
+                    help="--breakdown: the upsert mode's Debezium JSON events, the formats mode's plain JSON or "
+                         "its Avro values (read raw)")
     ap.add_argument("--batches", type=int, default=4, help="--breakdown: slices each partition is read in")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)

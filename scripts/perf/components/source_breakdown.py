@@ -1,6 +1,6 @@
 """Where a record's time goes in the source: fetch from the broker, copy into Arrow, decode.
 
-    python scripts/bench_source.py --breakdown [--workload debezium|json] [--topics 20] [--records 100000]
+    python scripts/bench_source.py --breakdown [--workload debezium|json|avro] [--topics 20] [--records 100000]
                                    [--batches 4] [--rounds 3] [--json FILE]
 
 The records of a live benchmark (debezium: the upsert mode's Debezium JSON events with their schema,
@@ -11,7 +11,8 @@ local broker, which then settles. Each round, in one process:
 * reader: router.source.fetch.read_ranges reads every partition in --batches slices, as the batches
   of a catch-up shared evenly do (each read starts where the last stopped: the broker sends each
   partition's whole tail with every fetch, whatever the consumer's fetch limits say);
-* decode: registry.unframed.decode_unframed on each batch's values, as the route's format reads them.
+* decode: registry.unframed.decode_unframed on each batch's values, as the route's format reads them
+  (connect_json, json, raw).
 
 Per record: wall microseconds of each, the broker's CPU, the reader's CPU split into the Python
 thread (the consume loop and the Arrow copy, ``_BatchBuilder.flush``, timed apart) and librdkafka's
@@ -25,7 +26,7 @@ import time
 
 from scripts.perf.report import emit
 
-WORKLOADS = ("debezium", "json")
+WORKLOADS = ("debezium", "json", "avro")
 
 
 def produce(conf: dict, broker, workload: str, topics: list[str], records: int) -> float:
@@ -33,8 +34,9 @@ def produce(conf: dict, broker, workload: str, topics: list[str], records: int) 
     from scripts.perf import workload as data
 
     broker.create_topics(topics, partitions=3, timeout=120)
-    if workload == "json":
-        return data.produce_bulk(conf, {t: 0 for t in topics}, 3, records, data.json_pool(), framed=False)
+    if workload in ("json", "avro"):  # avro: the Avro values without their framing, read raw
+        pool = data.json_pool() if workload == "json" else data.payload_pool()
+        return data.produce_bulk(conf, {t: 0 for t in topics}, 3, records, pool, framed=False)
     from scripts.perf.live.upsert import make_sources, produce as produce_cdc
 
     sources = make_sources("", topics, fmt="json")
@@ -144,7 +146,7 @@ def run_breakdown(args, conf: dict, broker) -> int:
     total = result["records"] = sum(ends.values())
     client = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
     options = KafkaSourceOptions(conf["bootstrap.servers"], topics=tuple(topics), client_config=client).to_json()
-    fmt = ValueFormat("connect_json" if args.workload == "debezium" else "json")
+    fmt = ValueFormat({"debezium": "connect_json", "json": "json", "avro": "raw"}[args.workload])
     rounds = []
     for i in range(args.rounds):
         rounds.append(one_round(conf, options, broker.pid, topics, ends, args.batches, fmt))

@@ -67,6 +67,7 @@ def drain(spark, stack: Stack, root: Path, fmt: str, run: int, topics: list[str]
                          f"expected {args.records:,} records in the tables")
     return {"records": read, "batches": len(dispatcher.batches), "seconds": round(last - first, 3),
             "records_per_s": round(read / (last - first)),
+            "task_source_s": round(sum(b.stats.task_seconds.get("source", 0.0) for b in dispatcher.batches), 3),
             "task_decode_s": round(sum(b.stats.task_seconds.get("decode", 0.0) for b in dispatcher.batches), 3),
             "task_write_s": round(sum(b.stats.task_seconds.get("write", 0.0) for b in dispatcher.batches), 3)}
 
