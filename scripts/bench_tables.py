@@ -49,6 +49,17 @@ def formats_runs(d: dict) -> str:
     return f"medians of {rounds} interleaved drains of {d['records_per_format'] / 1e6:g}M records{group_note(d)}"
 
 
+def breakdown(d: dict, before: dict | None = None) -> str:
+    """Microseconds a record: fetch (the broker's CPU), copy into Arrow, decode; the raw consume's wall."""
+    r = d["per_record"]
+    decode = f"decode {r['decode']['wall_us']:.2f}"
+    if before is not None:
+        decode += f" (was {before['per_record']['decode']['wall_us']:.2f})"
+    return (f"fetch **{r['fetch']['wall_us']:.2f} us** (broker CPU {r['fetch']['broker_cpu_us']:.2f}, a raw consume's "
+            f"{r['raw_consume']['broker_cpu_us']:.2f}), copy into Arrow {r['copy_into_arrow']['wall_us']:.2f}, "
+            f"{decode}; a raw consume {r['raw_consume']['wall_us']:.2f} us")
+
+
 def live_files_max(d: dict) -> int:
     return max(s["live_per_table_max"] for s in d["files_over_time"])
 
@@ -181,6 +192,10 @@ COMPONENTS = (
     Row("unframed JSON decoded to Arrow, columns inferred (12 fields, one core)", "json.json",
         lambda d: f"**{n(d['records_per_s']['ours: inferred json'])} records/s** (orjson + from_pylist "
                   f"{n(d['records_per_s']['orjson + from_pylist'])})"),
+    Row("the source per Debezium JSON event (~2 KB, 20 topics x 3 read in 4 slices, one process)",
+        "source_breakdown_debezium.json", lambda d: breakdown(d, load("source_breakdown_debezium_before.json"))),
+    Row("the source per Avro value read raw (~490 B, 200 topics x 3 read whole, one process)",
+        "source_breakdown_avro.json", lambda d: breakdown(d)),
     Row("Python workers warmed while the query starts: `icerouter demo`'s first batch", "warm_up.json",
         lambda d: f"{d['median']['on']['first_batch_dispatch_s']:.2f} s against "
                   f"{d['median']['off']['first_batch_dispatch_s']:.2f} s ({x(d['first_batch_off_over_on'])})"),
@@ -212,7 +227,8 @@ def readme_table() -> str:
 
 
 def cited_files() -> set[str]:
-    return {row.source for row in JOB + COMPONENTS} | {"estate_every_batch.json"}
+    return {row.source for row in JOB + COMPONENTS} | {"estate_every_batch.json",
+                                                        "source_breakdown_debezium_before.json"}
 
 
 def main(argv: list[str] | None = None) -> int:
