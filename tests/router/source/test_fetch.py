@@ -224,3 +224,42 @@ def test_a_reused_consumer_learns_each_topic_once(kafka_bootstrap, kafka_client_
         assert set(topics[: i + 1]) <= fetch._KNOWN_TOPICS[opts.to_json()]
     fetch.drop_consumer(opts.to_json())
     assert opts.to_json() not in fetch._KNOWN_TOPICS
+
+
+def test_a_task_assigns_its_partitions_in_waves_and_reads_every_range(kafka_bootstrap, kafka_client_config, uid,
+                                                                      monkeypatch):
+    """Waves of partitions, the next one assigned when the last starts answering: every range is read
+    exactly, a wave whose partitions end before their ranges (nothing to read) holds nothing back."""
+    import router.source.fetch as fetch
+
+    topics = [f"waves-{uid}-{i}" for i in range(5)]
+    create_topics(kafka_bootstrap, kafka_client_config, topics, 2)
+    produce(kafka_bootstrap, kafka_client_config, topics, 2, 30)
+    assigned = []
+    positions = fetch._positions
+
+    def recording(cursors):
+        assigned.append(sorted((c.range.topic, c.range.partition) for c in cursors))
+        return positions(cursors)
+
+    monkeypatch.setattr(fetch, "_positions", recording)
+    monkeypatch.setattr(fetch, "WAVE_RECORDS", 60)
+    monkeypatch.setattr(fetch, "WAVES", 100)
+    # the first two partitions are read past their end: a wave of ends of partition, then records
+    ranges = [Range(topics[0], p, 30, 60) for p in range(2)]
+    ranges += [Range(t, p, 3, 28) for t in topics[1:] for p in range(2)]
+    rows = _rows(_opts(kafka_bootstrap, kafka_client_config, topics), ranges)
+    assert sorted((r["topic"], r["partition"], r["offset"]) for r in rows) == \
+        sorted((r.topic, r.partition, o) for r in ranges[2:] for o in range(3, 28))
+    assert [len(w) for w in assigned] == [2, 3, 3, 2] and sorted(tp for wave in assigned for tp in wave) == \
+        sorted((r.topic, r.partition) for r in ranges)
+    assert assigned[0] == [(topics[0], 0), (topics[0], 1)]
+
+
+def test_a_small_task_is_one_wave(kafka_bootstrap, kafka_client_config, uid, monkeypatch):
+    import router.source.fetch as fetch
+
+    cursors = [fetch._Cursor(Range("t", p, 0, 1000)) for p in range(8)]
+    assert [len(w) for w in fetch._waves(cursors)] == [8]  # 8,000 records: under WAVE_RECORDS
+    monkeypatch.setattr(fetch, "WAVE_RECORDS", 1500)
+    assert [len(w) for w in fetch._waves(cursors)] == [2, 2, 2, 2]
