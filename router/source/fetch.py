@@ -1,10 +1,9 @@
 """Worker side: read packed offset ranges with confluent-kafka into Arrow record batches.
 
 One consumer per options per Python worker process is cached at module level
-(workers are reused across tasks); ranges are assigned at their start, in waves
-of partitions (_waves), and stop at ``until``, at the end of the partition, or
-after a bounded number of idle polls, so transaction markers and compaction
-gaps can never hang a task.
+(workers are reused across tasks); ranges are read with assign + seek and
+stop at ``until``, at the end of the partition, or after a bounded number of
+idle polls, so transaction markers and compaction gaps can never hang a task.
 """
 
 from __future__ import annotations
