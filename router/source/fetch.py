@@ -52,10 +52,6 @@ HELD_ROWS = 4 * BATCH_ROWS
 #: fixed 10,000 (scripts/bench_source.py --tail).
 CONSUME_CHUNK = 10000
 MIN_CONSUME_CHUNK = 100
-#: A task's partitions are assigned in about this many waves of at least WAVE_RECORDS records each, the
-#: next wave when the records of the last one start arriving (see _consume).
-WAVES = 4
-WAVE_RECORDS = 20000
 
 _CONSUMERS: dict[str, Consumer] = {}
 _KNOWN_TOPICS: dict[str, set[str]] = {}  # per cached consumer: topics it has metadata for
@@ -189,10 +185,9 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
     consumer = cached_consumer(options_json, options)
     try:
         _learn_topics(consumer, options_json, options, {t for t, _ in cursors})
-        waves = _waves(list(cursors.values()))
-        consumer.assign(_positions(waves[0]))
+        consumer.assign([TopicPartition(t, p, c.range.from_offset) for (t, p), c in cursors.items()])
         paused: list[TopicPartition] = []
-        yield from _consume(consumer, options, cursors, paused, waves[1:])
+        yield from _consume(consumer, options, cursors, paused)
         if paused:
             consumer.resume(paused)
     except KafkaException as exc:
@@ -203,30 +198,6 @@ def read_ranges(options_json: str, ranges: Iterable[Range]) -> Iterator[pa.Recor
         raise
     else:
         consumer.unassign()
-
-
-def _waves(cursors: list[_Cursor]) -> list[list[_Cursor]]:
-    """The task's ranges in order, cut into waves of about a WAVES-th of its records (WAVE_RECORDS at least).
-
-    Why: the broker answers one fetch for every assigned partition at once (the local broker sends
-    each partition's whole tail) and the loop waits for all of it before its first record. Assigned
-    in waves, the broker and librdkafka's threads prepare the next wave's answer while the loop turns
-    the last one into batches: 600,000 values of 490 B over 600 partitions, read as two tasks' halves,
-    took 1.79 us a record against 2.14 (9 rounds, scripts/bench_source.py --breakdown's workload)."""
-    size = max(WAVE_RECORDS, sum(c.range.count for c in cursors) // WAVES)
-    waves: list[list[_Cursor]] = [[]]
-    held = 0
-    for cur in cursors:
-        if held >= size:
-            waves.append([])
-            held = 0
-        waves[-1].append(cur)
-        held += cur.range.count
-    return waves
-
-
-def _positions(cursors: list[_Cursor]) -> list[TopicPartition]:
-    return [TopicPartition(c.range.topic, c.range.partition, c.range.from_offset) for c in cursors]
 
 
 def _learn_topics(consumer: Consumer, options_json: str, options: KafkaSourceOptions, topics: set[str]) -> None:
@@ -275,23 +246,15 @@ def _runs(messages: list) -> Iterator[tuple[str, int, int, int]]:
 
 
 def _consume(
-    consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list,
-    later: list[list[_Cursor]] | None = None,
+    consumer: Consumer, options: KafkaSourceOptions, cursors: dict[tuple[str, int], _Cursor], paused: list
 ) -> Iterator[pa.RecordBatch]:
     """Read until every cursor is done; yields one partition's records per batch.
 
     Messages are handled in stretches of one partition (a fetch answers per
     partition, so a consume() call returns few of them): the offsets of a
     stretch are read at once and compared with the range as an array, and no
-    Python code runs per message except the column builders at flush. The
-    waves in `later` are assigned one by one (_waves): the next as soon as a
-    record or the end of a partition of the last one arrives, or a poll brings
-    nothing, so a wave with nothing to read never holds the others back.
+    Python code runs per message except the column builders at flush.
     """
-    later = list(later or ())
-    watched = {(c.range.topic, c.range.partition) for c in cursors.values()} - {
-        (c.range.topic, c.range.partition) for wave in later for c in wave}
-    arrived = False  # some record or end of partition of the last wave assigned came in
     builder = _BatchBuilder(options.include_headers, options.null_empty_headers)
     pending = len(cursors)
     remaining = sum(c.range.count for c in cursors.values())  # records the unfinished ranges may still hold
@@ -318,7 +281,6 @@ def _consume(
                 cur = cursors.get((msg.topic(), msg.partition()))
                 if cur is None or cur.done:
                     continue
-                arrived = arrived or (msg.topic(), msg.partition()) in watched
                 err = msg.error()
                 if err.code() == KafkaError._PARTITION_EOF:
                     # end of partition before `until`: the rest were markers or compacted
@@ -339,7 +301,6 @@ def _consume(
                 if cur is None or cur.done:
                     continue
                 progressed = True
-                arrived = arrived or (topic, partition) in watched
                 offs = offsets[lo:hi]
                 if not cur.seen_first:
                     cur.seen_first = True
@@ -368,12 +329,6 @@ def _consume(
                 if cur.messages:
                     held -= len(cur.messages)
                     yield builder.flush(cur)
-        if later and (arrived or not progressed):
-            wave = later.pop(0)
-            consumer.incremental_assign(_positions(wave))
-            watched, arrived = {(c.range.topic, c.range.partition) for c in wave}, False
-            if not progressed:
-                continue  # an idle poll asks for the next wave instead of counting towards a stall
         if not progressed:
             idle += 1
             if idle >= options.max_idle_polls:
