@@ -44,6 +44,19 @@ def group_note(d: dict) -> str:
     return "; consumer group commits off (the local broker's store rewrite)" if d.get("group_commit") == "off" else ""
 
 
+#: runs beside a cited one, by the prefix of their files (upsert_json_run_2.json ...)
+SIBLINGS = {"upsert_json_run": ("upsert_json_run_2.json", "upsert_json_run_3.json"),
+            "upsert_json_before": ("upsert_json_before.json",)}
+
+
+def sibling_rates(prefix: str) -> str:
+    return " and ".join(n(load(name)["change_events_per_s"]) for name in SIBLINGS[prefix])
+
+
+def drains(d: dict) -> str:
+    return ", ".join(n(r) for r in d["ceiling"]["runs_records_per_s"])
+
+
 def formats_runs(d: dict) -> str:
     rounds = d.get("rounds", 2)
     return f"medians of {rounds} interleaved drains of {d['records_per_format'] / 1e6:g}M records{group_note(d)}"
@@ -104,6 +117,7 @@ JOB = (
         ">= x10", lambda d: d["vs_baseline"] >= 10),
     Row("the same against one raw confluent-kafka consumer (no processing)",
         "throughput.json", lambda d: f"**{pct(d['ceiling_share'])}** of {n(d['ceiling']['records_per_s'])} records/s"
+                                     f" (median of drains at {drains(d)})"
                                      f"{group_note(d)}",
         ">= 40%", lambda d: d["ceiling_share"] >= 0.40),
     Row("files per table after the throughput run",
@@ -158,11 +172,16 @@ JOB = (
                                   f"records/s; {formats_runs(d)})",
         ">= x0.8", lambda d: d["ratio_to_avro"]["json"] >= 0.8),
     Row("the same records read raw (key and value bytes)",
-        "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} records/s)",
+        "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} "
+                                  f"records/s); before the JSON decoders' change: json "
+                                  f"{x(load('formats_before.json')['ratio_to_avro']['json'])}, raw "
+                                  f"{x(load('formats_before.json')['ratio_to_avro']['raw'])}",
         ">= x1.5", lambda d: d["ratio_to_avro"]["raw"] >= 1.5),
     Row("Debezium JSON (the JsonConverter's envelope) into 20 CDC tables",
-        "upsert_json.json", lambda d: f"**{n(d['change_events_per_s'])} change events/s**; upsert at "
-                                      f"{pct(d['upsert_vs_append'])} of append{group_note(d)}",
+        "upsert_json.json", lambda d: f"**{n(d['change_events_per_s'])} change events/s** (the median run; the "
+                                      f"others {sibling_rates('upsert_json_run')}); upsert at "
+                                      f"{pct(d['upsert_vs_append'])} of append{group_note(d)}; before the JSON "
+                                      f"decoders' change {sibling_rates('upsert_json_before')}",
         ">= 50,000 events/s", lambda d: d["change_events_per_s"] >= 50_000),
     Row("change streams: upsert against append, same events",
         "upsert.json", lambda d: f"{n(d['change_events_per_s'])} change events/s; upsert at "
@@ -228,7 +247,8 @@ def readme_table() -> str:
 
 def cited_files() -> set[str]:
     return {row.source for row in JOB + COMPONENTS} | {"estate_every_batch.json",
-                                                        "source_breakdown_debezium_before.json"}
+                                                        "source_breakdown_debezium_before.json", "formats_before.json",
+                                                        *(name for names in SIBLINGS.values() for name in names)}
 
 
 def main(argv: list[str] | None = None) -> int:
