@@ -46,7 +46,7 @@ def group_note(d: dict) -> str:
 
 #: runs beside a cited one, by the prefix of their files (upsert_json_run_2.json ...)
 SIBLINGS = {"upsert_json_run": ("upsert_json_run_2.json", "upsert_json_run_3.json"),
-            "upsert_json_before": ("upsert_json_before.json",)}
+            "upsert_json_before": ("upsert_json_before.json", "upsert_json_before_2.json")}
 
 
 def sibling_rates(prefix: str) -> str:
