@@ -34,6 +34,7 @@ from registry.arrow_lists import not_json
 from registry.artifacts import SchemaArtifacts
 from registry.connect_columns import finish, raw_type, unscaled as _unscaled
 from registry.exceptions import UnsupportedSchemaType
+from registry.ndjson import joined_lines
 
 try:
     import orjson
@@ -174,19 +175,13 @@ class ConnectDecoder:
             return None
         if not len(payloads):
             return None
-        texts = payloads.cast(pa.large_binary())
-        if pc.any(pc.match_substring_regex(texts, pattern="[\r\n]")).as_py():  # whitespace in pretty-printed JSON
-            texts = pc.replace_substring_regex(texts, pattern="[\r\n]", replacement=" ")
-        offsets = pa.array([0, len(texts)], pa.int64())
-        data = pc.binary_join(pa.LargeListArray.from_arrays(offsets, texts), pa.scalar(b"\n", pa.large_binary()))
-        data = data[0].as_buffer()
-        longest = pc.max(pc.binary_length(texts)).as_py() or 0
+        data, longest = joined_lines(payloads)  # line breaks in pretty-printed JSON are blanked
         try:
             table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(
                 block_size=max(4 << 20, 2 * longest + 2), use_threads=False),
                 parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(self.raw)),
                                               unexpected_field_behavior="ignore"))
-            if table.num_rows != len(texts):
+            if table.num_rows != len(payloads):
                 return None
             array = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], fields=list(self.raw))
             converted = finish(array, self.schema, self.struct)
@@ -260,6 +255,18 @@ def _envelope(value: bytes, pos: int, bad: list) -> Any:
     return doc
 
 
+def _flags(mask: pa.Array) -> np.ndarray:
+    return np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _payloads(values: pa.Array, at: np.ndarray, skip: int) -> pa.Array:
+    """The payload texts of the rows `at` (sorted positions) that start with a `skip`-byte prefix:
+    every value cut first when they are all of them (no copy of the envelopes), else the rows taken."""
+    if len(at) == len(values):
+        return pc.binary_slice(values, skip, -1)
+    return pc.binary_slice(values.take(pa.array(at, pa.int64())), skip, -1)
+
+
 def decode_connect_json(values: pa.Array) -> tuple[list[tuple[SchemaArtifacts, pa.RecordBatch, np.ndarray]],
                                                    list[Failure]]:
     """([(artifacts, batch, positions)], [(position, error class, reason)]); nulls are left to the caller.
@@ -269,7 +276,9 @@ def decode_connect_json(values: pa.Array) -> tuple[list[tuple[SchemaArtifacts, p
     text by Arrow kernels, then read column-wise (``ConnectDecoder.columns``); what is left goes
     record by record. At most MAX_PREFIXES schema texts are learned per batch."""
     values = values.cast(pa.binary()) if values.type != pa.binary() else values
-    remaining = np.flatnonzero(np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    remaining = np.flatnonzero(valid)
+    closed = None  # per row: the value ends with "}" (as an envelope whose payload is cut out must)
     groups: dict[bytes, tuple[Any, list[np.ndarray], list[pa.Array], list[int], list[Any]]] = {}
     bad: list[Failure] = []
     learned = 0
@@ -288,13 +297,14 @@ def decode_connect_json(values: pa.Array) -> tuple[list[tuple[SchemaArtifacts, p
             entry[4].append(doc["payload"])
             continue
         learned += 1
-        taken = values.take(pa.array(remaining, pa.int64())) if len(remaining) else values.slice(0, 0)
-        pattern = prefix.decode("utf-8")
-        same = pc.and_(pc.starts_with(taken, pattern=pattern), pc.ends_with(taken, pattern="}"))
-        same = np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        # the kernels run over the whole column (a scan of each value's first and last bytes): taking the
+        # remaining values first copied every record, schema and all, twice
+        if closed is None:
+            closed = _flags(pc.ends_with(values, pattern="}"))
+        same = (_flags(pc.starts_with(values, pattern=prefix.decode("utf-8"))) & closed)[remaining]
         at = np.concatenate(([pos], remaining[same]))
         entry[1].append(at)
-        entry[2].append(pc.binary_slice(values.take(pa.array(at, pa.int64())), len(prefix), -1))
+        entry[2].append(_payloads(values, at, len(prefix)))
         remaining = remaining[~same]
     out = []
     for schema, fast_at, fast_text, slow_at, slow_docs in groups.values():

@@ -35,6 +35,7 @@ from registry.arrow_lists import not_json, with_values
 from registry.artifacts import JSON as JSON_TYPE
 from registry.artifacts import SchemaArtifacts, build_artifacts
 from registry.exceptions import UnsupportedSchemaType
+from registry.ndjson import joined_lines
 
 try:
     import orjson
@@ -61,12 +62,17 @@ def _block(values: list[bytes]) -> bytes:
 READ_BLOCK_BYTES = 4 << 20
 
 
-def _read(values: list[bytes], schema: pa.Schema | None = None) -> pa.Table:
-    data = _block(values)
-    longest = max(map(len, values), default=0)
+def _read(values: list[bytes] | pa.Array, schema: pa.Schema | None = None) -> pa.Table:
+    """The values (an Arrow array without nulls, or bytes objects on the per-record path) as one table."""
+    if isinstance(values, pa.Array):
+        data, longest = joined_lines(values)
+        source = pa.BufferReader(data)
+    else:
+        source = io.BytesIO(_block(values))
+        longest = max(map(len, values), default=0)
     options = pj.ReadOptions(block_size=max(READ_BLOCK_BYTES, 2 * longest + 2), use_threads=False)
     parse = pj.ParseOptions(explicit_schema=schema) if schema is not None else None
-    table = pj.read_json(io.BytesIO(data), read_options=options, parse_options=parse)
+    table = pj.read_json(source, read_options=options, parse_options=parse)
     if table.num_rows != len(values):  # an empty value or two objects on one line
         raise pa.ArrowInvalid(f"{table.num_rows} rows from {len(values)} values")
     return table
@@ -106,7 +112,7 @@ def _needs_reread(a: pa.DataType, b: pa.DataType) -> bool:
     return (pa.types.is_timestamp(a) or pa.types.is_date(a) or pa.types.is_time(a)) and pa.types.is_string(b)
 
 
-def _shape(values: list[bytes], numbers: str) -> tuple[pa.Table, pa.Schema]:
+def _shape(values: list[bytes] | pa.Array, numbers: str) -> tuple[pa.Table, pa.Schema]:
     """The values read as one table and the schema of its settled columns (ArrowInvalid: they disagree)."""
     table = _read(values)
     settled = _settled_schema(table.schema, numbers)
@@ -236,14 +242,15 @@ def infer_json(values: pa.Array, numbers: str = "long") -> tuple[list[tuple[Sche
     present = np.flatnonzero(~np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool))
     if not len(present):
         return [], []
-    pylist = values.to_pylist()
     groups: list[tuple[np.ndarray, pa.Table, pa.Schema]] = []
     bad: list[Failure] = []
-    try:
+    try:  # the whole batch column-wise; Python objects per record only when it does not read as one table
         pc.cast(values, pa.large_string())  # ArrowInvalid unless all UTF-8 (nulls pass)
-        table, settled = _shape([pylist[p] for p in present], numbers)
+        rows = values if len(present) == len(values) else values.take(pa.array(present, pa.int64()))
+        table, settled = _shape(rows, numbers)
         groups.append((present, table, settled))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pylist = values.to_pylist()
         good, bad = _check(pylist, present)
         if good:
             _split(pylist, good, numbers, groups, bad)

@@ -25,6 +25,13 @@ Measured quirks of noida-db 0.2.3 (checked by tests/router/devstack/test_stack.p
   snapshot (~7.6 s after 120 MB of records, the file ~3.5x the payload). A
   SIGKILL loses at most the last few seconds. ``stop()`` therefore waits
   ``STOP_GRACE_SECONDS`` for a kept data dir and kills at once otherwise.
+* Every consumer group offset commit (the job's ``job.commit_consumer_group``, after each batch)
+  makes it rewrite that whole snapshot: 3.2-4.3 CPU-seconds of the broker per commit while it held
+  100,000 Debezium JSON events (~2 KB each), so on a 2-core machine a batch's commit costs the next
+  batches a core for seconds (a Kafka cluster writes one small record to ``__consumer_offsets``).
+  The live benchmarks take ``--group-commit off`` to leave that out (their JSON files say which).
+* It ignores ``max.partition.fetch.bytes`` as well: a fetch brings each partition's whole tail,
+  so reading a backlog in k slices (``kafka.catch_up: even``) makes it send ~(k+1)/2 times the data.
 * Start-up takes well under a second. The loader warning "weak version
   GLIBC_2.39 not found" printed on Debian 12 is harmless.
 """

@@ -27,9 +27,15 @@ def bench_catalog(root: Path, name: str = "bench", db: str = "c.db", warehouse: 
     return CatalogConfig(name, catalog_properties(root, db, warehouse))
 
 
-def commit_setting(commit_in: str) -> dict:
-    """`job.commit_in_tasks` for the config dict (tasks: in the Spark tasks, driver: on the driver)."""
-    return {"commit_in_tasks": commit_in == "tasks"}
+def commit_setting(commit_in: str, group_commit: bool = True) -> dict:
+    """`job.commit_in_tasks` for the config dict (tasks: in the Spark tasks, driver: on the driver), and
+    `job.commit_consumer_group` (--group-commit off: the local broker rewrites its whole store, every
+    record it holds, on each consumer group commit: router/devstack/broker.py)."""
+    return {"commit_in_tasks": commit_in == "tasks", "commit_consumer_group": group_commit}
+
+
+def group_commit(args) -> bool:
+    return getattr(args, "group_commit", "on") == "on"
 
 
 def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict, *,
@@ -67,7 +73,7 @@ def job_config(args, root: Path, bootstrap: str, registry_url: str, client: dict
                 # scale1000 measures restarts with the driver JVM's class archive (off by default)
                 **({"jvm_class_archive": True} if getattr(args, "mode", None) == "scale1000" else {}),
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
-                **commit_setting(commit_in or args.commit_in),
+                **commit_setting(commit_in or args.commit_in, group_commit(args)),
                 # --metrics: the Prometheus endpoint on a free port (scraped during the run)
                 **({"metrics": {"port": 0, "host": "127.0.0.1"}} if getattr(args, "metrics", False) else {}),
                 "spark": spark or {"spark.master": "local[2]", "spark.driver.memory": "4g"}},

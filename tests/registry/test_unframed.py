@@ -229,3 +229,77 @@ def test_connect_json_records_that_share_the_schema_text_but_break_after_it_fail
     assert rows(result)[5]["id"] == 9
     got = failures(result)
     assert got[4][1].startswith("invalid JSON") and got[6][0] == "decode_error"
+
+
+def _debezium_values(seed: int = 3) -> tuple[list[bytes | None], dict]:
+    """Debezium's JSON converter output for a script (snapshot, updates, inserts, deletes and their
+    tombstones), then the same table after a column was added (a second envelope schema)."""
+    import router.cli.demo_cdc as cdc
+
+    encode = cdc.DebeziumJsonEncoder(schemas=True)
+    script = cdc.ChangeScript(seed=seed)
+    out = [encode("dbz.customers", e)[2] for e in [*script.snapshot(30), *script.mixed(60)]]
+    envelope = json.loads(next(v for v in out if v is not None))["schema"]
+    widened = json.loads(json.dumps(envelope))
+    for field in widened["fields"]:
+        if field["field"] in ("before", "after"):
+            field["fields"].append({"field": "vip", "type": "boolean", "optional": True})
+    for i, value in enumerate(out[:10]):  # the first ten again, written after the column was added
+        if value is not None:
+            payload = json.loads(value)["payload"]
+            for image in ("before", "after"):
+                if payload[image] is not None:
+                    payload[image]["vip"] = i % 2 == 0
+            out.append(json.dumps({"schema": widened, "payload": payload}).encode())
+    return out, widened
+
+
+def test_debezium_json_batch_read_column_wise_gives_each_records_own_rows():
+    """Every Debezium JSON record of a batch (nested before/after images, null images, tombstones,
+    a schema change, malformed records) decodes to the row its own payload gives record by record."""
+    import orjson
+
+    from registry.connect_json import connect_artifacts
+
+    good, widened = _debezium_values()
+    broken = [b'{"schema": {"type": "struct"', b"", b'{"payload": {"id": 1}}', b'\xff{"schema": 1}']
+    batch = [*good[:40], *broken, *good[40:]]
+    result = decode_unframed(None, ValueFormat("connect_json"), values(*batch))
+    expected = {}
+    for i, value in enumerate(batch):
+        if value is None or value in broken:
+            continue
+        doc = orjson.loads(value)
+        records, _, bad = connect_artifacts(doc["schema"]).decoder.rows([doc["payload"]])
+        assert not bad
+        expected[i] = records.to_pylist()[0]
+    got = rows(result)
+    assert got == expected
+    assert {g.schema_id for g in result.groups} == {connect_artifacts(json.loads(good[0])["schema"]).schema_id,
+                                                    connect_artifacts(widened).schema_id}
+    assert any(r["before"] is None for r in got.values()) and any(r["after"] is None for r in got.values())
+    assert any(r["after"] and r["after"].get("vip") is True for r in got.values())
+    fails = failures(result)
+    assert sorted(fails) == sorted([i for i, v in enumerate(batch) if v is None] + [40, 41, 42, 43])
+    assert {fails[i][0] for i, v in enumerate(batch) if v is None} == {"tombstone"}
+    assert fails[40][0] == fails[41][0] == fails[42][0] == "decode_error" and fails[43][0] == "invalid_utf8"
+
+
+def test_inferred_json_read_column_wise_gives_the_rows_of_the_record_by_record_block():
+    """The batch joined by Arrow kernels reads as the bytes joined one by one did: nested objects,
+    lists, nulls, a value pretty-printed over lines, and a slice of a larger column."""
+    from registry.json_infer import _group, _shape, infer_json
+
+    docs = [{"id": i, "price": i + 0.5, "who": {"name": f"n{i}", "tags": ["a"] * (i % 3)},
+             "note": None if i % 2 else "x"} for i in range(40)]
+    raw = [json.dumps(d).encode() for d in docs]
+    raw[7] = json.dumps(docs[7], indent=2).encode()
+    column = values(None, *raw, None).slice(1, len(raw))
+    found, bad = infer_json(column)
+    assert not bad and len(found) == 1
+    art, batch, positions = found[0]
+    by_record_art, by_record = _group(*_shape(raw, "long"))  # the bytes objects joined one by one
+    assert positions.tolist() == list(range(40)) and art.schema_id == by_record_art.schema_id
+    assert batch.to_pylist() == by_record.to_pylist()
+    assert [f.name for f in art.arrow_schema] == ["id", "price", "who", "note"]
+    assert batch.to_pylist()[7]["who"] == {"name": "n7", "tags": ["a"]} and batch.to_pylist()[1]["note"] is None

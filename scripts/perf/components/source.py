@@ -21,6 +21,11 @@ second, third and last quarter as four batches do, each quarter with the
 reader's consume() sizing and with a fixed 10,000 messages per call,
 alternating: wall and CPU seconds, and the Message objects consume() returned
 (a fetch brings the partition's tail past the range along).
+
+    python scripts/bench_source.py --breakdown [--workload debezium|json|avro] [--topics 20] [--records 100000]
+
+--breakdown: per record, where the source's time goes: fetch from the broker, copy into Arrow,
+decode (scripts/perf/components/source_breakdown.py).
 """
 
 from __future__ import annotations
@@ -102,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail", action="store_true", help="the reader alone over the quarters of a backlog")
     ap.add_argument("--tail-partitions", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=3, help="--tail: repetitions of each measurement")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="per record: fetch from the broker, copy into Arrow, decode (source_breakdown.py)")
+    ap.add_argument("--workload", choices=("debezium", "json", "avro"), default="debezium",
+                    help="--breakdown: the upsert mode's Debezium JSON events, the formats mode's plain JSON or "
+                         "its Avro values (read raw)")
+    ap.add_argument("--batches", type=int, default=4, help="--breakdown: slices each partition is read in")
     ap.add_argument("--json", dest="json_file")
     args = ap.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -118,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         conf = client_config(broker.bootstrap)
     conf = {k: str(v) for k, v in conf.items()}
     try:
+        if args.breakdown:
+            from scripts.perf.components.source_breakdown import run_breakdown
+
+            return run_breakdown(args, conf, broker)
         return run_tail(args, conf) if args.tail else run(args, conf)
     finally:
         if broker is not None:

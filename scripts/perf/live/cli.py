@@ -107,6 +107,11 @@ def parse_args(argv):
                          "records as plain JSON, columns inferred; raw: the Avro topics' bytes as they are)")
     ap.add_argument("--commit-in", choices=("tasks", "driver"), default="tasks",
                     help="job.commit_in_tasks: where tables are committed (commit-scaling runs both)")
+    ap.add_argument("--group-commit", choices=("on", "off"), default="on",
+                    help="job.commit_consumer_group (on: the job's default; off: the local broker rewrites every "
+                         "record it holds on each group commit, a cost a Kafka cluster does not have)")
+    ap.add_argument("--format-rounds", type=int, default=5,
+                    help="formats mode: interleaved drains of each format (the ratios are medians over them)")
     ap.add_argument("--scaling-batches", type=int, default=3, help="commit-scaling: measured batches")
     ap.add_argument("--scaling-records", type=int, default=100, help="commit-scaling: records per topic per batch")
     ap.add_argument("--scaling-configs", help="commit-scaling: comma-separated configuration names (default all)")

@@ -120,7 +120,7 @@ def run_throughput(args, stack: Stack, root: Path) -> dict:
 
     result: dict = {"mode": args.mode, "topics": args.topics, "partitions": args.partitions,
                     "records": args.records, "fan_in": args.fan_in, "batch_records": args.batch_records,
-                    "catch_up": args.catch_up, "commit_in": args.commit_in,
+                    "catch_up": args.catch_up, "commit_in": args.commit_in, "group_commit": args.group_commit,
                     "load_before": load_average()}
     topics = [f"orders.{i:03d}" for i in range(args.topics)]
     print(f"setting up {args.topics} topics x {args.partitions} partitions ...", flush=True)

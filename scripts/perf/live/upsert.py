@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.perf.config import NAMESPACE, catalog_properties, commit_setting
+from scripts.perf.config import NAMESPACE, catalog_properties, commit_setting, group_commit
 from scripts.perf.services import Stack
 
 APPEND_NAMESPACE = f"{NAMESPACE}_append"
@@ -149,7 +149,7 @@ def cdc_config(args, root: Path, stack: Stack, job: str, routes: list[dict], nam
         "catalog": {"name": "bench", "properties": catalog_properties(root)},
         "job": {"name": job, "checkpoint": str(root / f"checkpoint-{job}"), "trigger_seconds": args.trigger,
                 **({"commit_threads": args.commit_threads} if args.commit_threads else {}),
-                **commit_setting(args.commit_in),
+                **commit_setting(args.commit_in, group_commit(args)),
                 "spark": {"spark.master": "local[2]", "spark.driver.memory": "4g"}},
         "tables": {"allowed_namespaces": [*namespaces, "ops"]},
         "routes": routes,
@@ -303,7 +303,7 @@ def run_upsert(args, stack: Stack, root: Path) -> dict:
     result: dict = {"mode": "upsert", "topics": args.topics, "partitions": args.partitions,
                     "snapshot_rows_per_topic": args.cdc_rows, "changes_per_topic": args.cdc_changes, "mix": MIX,
                     "batch_records": args.batch_records, "catch_up": args.catch_up, "commit_in": args.commit_in,
-                    "load_before": load_average(), "phases": {}}
+                    "group_commit": args.group_commit, "load_before": load_average(), "phases": {}}
     stack.broker.create_topics(topics, partitions=args.partitions, timeout=120)
     fmt = getattr(args, "cdc_format", "avro")
     result["cdc_format"] = fmt

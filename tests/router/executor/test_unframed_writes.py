@@ -154,3 +154,26 @@ def test_debezium_json_envelopes_appended_as_rows(catalog_config, registry_url, 
     assert not report.failed, report.failed
     got = duck(catalog_config, table, "op", "_kafka_offset")
     assert sorted(op for op, _ in got) == sorted(e.op for e in events)
+
+
+def test_malformed_debezium_json_records_are_dead_lettered_with_their_position(catalog_config, registry_url,
+                                                                                unique_name):
+    """Records of a Debezium JSON topic that are not JSON, not an envelope or do not fit their schema
+    land in the dead-letter table with topic, partition, offset and their bytes; the others mirror."""
+    ns = unique_name("dm")
+    table = f"{ns}.customers"
+    dispatcher = make_dispatcher(catalog_config, registry_url, ns, [
+        {"name": "cdc", "topic": "dbz.*", "table": table, "cdc": "debezium", "format": "connect_json"}])
+    script, stream = cdc.ChangeScript(seed=17), JsonStream("dbz.customers")
+    even, odd = stream.batches(list(script.snapshot(20)))  # partition = id % 2
+    envelope = json.loads(odd.column("value")[0].as_py())
+    misfit = json.dumps({**envelope, "payload": {**envelope["payload"], "op": 7}}).encode()  # op is a string
+    bad = [b"{not json", b'{"payload": {}}', misfit]
+    first = stream.next[1]
+    rows = [(r["topic"], r["partition"], r["offset"], r["key"], r["value"]) for r in odd.to_pylist()]
+    rows += [("dbz.customers", 1, first + i, b"k", v) for i, v in enumerate(bad)]
+    results, report = run_batch(dispatcher, [even, kafka_batch(rows)], 0)
+    assert not report.failed, report.failed
+    assert live_rows(catalog_config, table) == truth(script)
+    letters = duck(catalog_config, f"{ns}.dead_letters", "topic", "partition", "error_class", "value", "offset")
+    assert letters == [("dbz.customers", 1, "decode_error", v, first + i) for i, v in enumerate(bad)], letters
