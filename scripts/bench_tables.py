@@ -92,11 +92,11 @@ def estate_commit_work(cadence: dict, every_batch: dict) -> str:
 
 
 def v3_read(d: dict, keys: str) -> str:
-    """The v3 table's read after the last batch (and its worst over the run) against v2 in the same run."""
+    """The v3 table's worst read over the run (and the one after batch 100, just compacted) against v2's."""
     v3, v2 = d["v3"], d
-    return (f"**{x(v3['duckdb_ratio_maintained_last'][keys])}** after batch 100, at most "
-            f"{x(v3['duckdb_ratio_maintained_worst'][keys])}; v2 {x(v2['duckdb_ratio_maintained_last'][keys])}, "
-            f"at most {x(v2['duckdb_ratio_maintained_worst'][keys])}")
+    return (f"worst over the run **{x(v3['duckdb_ratio_maintained_worst'][keys])}** (v2 "
+            f"{x(v2['duckdb_ratio_maintained_worst'][keys])}); after batch 100 "
+            f"{x(v3['duckdb_ratio_maintained_last'][keys])}")
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,10 @@ JOB = (
         "upsert.json", lambda d: f"{n(d['change_events_per_s'])} change events/s; upsert at "
                                  f"{pct(d['upsert_vs_append'])} of append"),
     Row("upsert table of 2M rows, format v3 (deletion vectors), 100 batches of 2,000 keys, maintained as the job "
-        "does: DuckDB's read against the table compacted", "upsert_read.json", lambda d: v3_read(d, "2000"),
-        "<= x1.1", lambda d: d["v3"]["duckdb_ratio_maintained_last"]["2000"] <= 1.1),
+        "does (compacted at batches 50 and 100): DuckDB's read against the table compacted, every 10 batches", "upsert_read.json", lambda d: v3_read(d, "2000"),
+        "<= x1.1", lambda d: d["v3"]["duckdb_ratio_maintained_worst"]["2000"] <= 1.1),
     Row("the same at 20,000 keys a batch", "upsert_read.json", lambda d: v3_read(d, "20000"),
-        "<= x1.1", lambda d: d["v3"]["duckdb_ratio_maintained_last"]["20000"] <= 1.1),
+        "<= x1.1", lambda d: d["v3"]["duckdb_ratio_maintained_worst"]["20000"] <= 1.1),
     Row("Prometheus metrics, one scrape a second, throughput workload",
         "metrics_overhead.json", lambda d: f"{d['metrics']['job_cpu_share_of_one_core'] * 100:.2f}% of one core"),
 )
