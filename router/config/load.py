@@ -27,7 +27,8 @@ from router.config.model import (
 from router.config.formats import parse_format
 from router.config.lineage import parse_lineage
 from router.config.reader import Section, interpolate
-from registry.formats import RAW
+from registry.formats import RAW, ValueFormat
+from router.decisions import wanted_format_version
 from router.exceptions import ConfigError
 from router.table_writes import APPEND, TableWrite
 from router.source.offsets import CATCH_UP_MODES
@@ -274,6 +275,7 @@ def _partition_by(items: list | None, where: str) -> tuple[str, ...] | None:
 
 def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
     default_mode = Section(tables, "tables", TABLES_KEYS).choice("mode", "append", TABLE_MODES)
+    tables_version = Section(tables, "tables", TABLES_KEYS).get("format_version", 2, int)
     routes = []
     for i, item in enumerate(items):
         where = f"routes[{i}]"
@@ -298,6 +300,9 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
         if fmt.kind == RAW and write.upsert:
             raise ConfigError(f"{where}.format: a raw route appends the bytes as they are (mode upsert and cdc "
                               "need decoded values)")
+        route_version = _format_version(s.get("format_version", None, int), f"{where}.format_version")
+        _variant_route(fmt, write, s.mapping("fields"), where,
+                       wanted_format_version(tables_version, route_version), route_version is not None)
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
@@ -305,7 +310,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by"),
             write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after"),
-            format_version=_format_version(s.get("format_version", None, int), f"{where}.format_version"),
+            format_version=route_version,
             sort_by=_sort_by(s.get("sort_by", None, list), f"{where}.sort_by")))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -313,6 +318,25 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
         raise ConfigError(f"routes: duplicate route name {dupes[0]!r}")
     _same_mode_per_table(routes)
     return tuple(routes)
+
+
+def _variant_route(fmt: ValueFormat, write: TableWrite, fields: dict, where: str, version: int,
+                   route_version: bool) -> None:
+    """A route with variant columns (registry/json_variant.py) writes a format v3 table (variant is a v3
+    type: an existing v2 table gets the upgrade `icerouter plan` shows, router.decisions.decide_format),
+    appends (a key or a change image is not a variant), and filters on no variant field."""
+    if not fmt.has_variant:
+        return
+    if version < 3:
+        key = f"{where}.format_version" if route_version else "tables.format_version"
+        raise ConfigError(f"{where}.format.variant: variant columns need Iceberg format v3 ({key} is {version}; "
+                          "set format_version: 3, docs/v3.md)")
+    if write.upsert:
+        raise ConfigError(f"{where}.format.variant: variant columns are for append routes (mode upsert and cdc "
+                          "key rows by typed columns)")
+    for name in fields:
+        if fmt.variant_column is not None or str(name).split(".")[0] in fmt.variant:
+            raise ConfigError(f"{where}.fields.{name}: a variant column cannot be filtered on")
 
 
 def _write(s: Section, default_mode: str, columns: list | None) -> TableWrite:
