@@ -100,14 +100,16 @@ def usable_sort_terms(schema: Schema, sort_by: Sequence[str], notes: list[str] |
 
 @dataclass(frozen=True)
 class TableLayout:
-    """The layout a table has: its default partition spec and sort order."""
+    """The layout a table has: its default partition spec and sort order, and its format version (what
+    types it may hold: a variant column needs v3)."""
 
     spec: PartitionSpec
     sort_order: SortOrder
+    format_version: int = 2
 
     @classmethod
     def of(cls, metadata: Any) -> TableLayout:
-        return cls(metadata.spec(), metadata.sort_order())
+        return cls(metadata.spec(), metadata.sort_order(), int(metadata.format_version))
 
 
 def _frozen(entity: str, mode: Mode, what: str, before: tuple[str, ...], after: tuple[str, ...],
