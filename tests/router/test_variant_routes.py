@@ -1,9 +1,19 @@
 """Variant routes at config load (router/config/formats.py, router/config/load.py): the syntax, and the
-one-line refusals (a format 2 table, an upsert, a filter on a variant field, a declared schema)."""
+one-line refusals (a format 2 table, an upsert, a filter on a variant field, a declared schema); and the
+decision the job and `plan` share for a variant column headed for a table still at v2 (router/decisions.py)."""
 
 from __future__ import annotations
 
 import pytest
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.types import LongType, NestedField
+
+from evolution.layout import TableLayout
+from evolution.policy import EvolutionPolicy, Mode
+from evolution.variant_type import VariantType
+from router.decisions import decide, plan_table
 
 from router.config import parse_config
 from router.exceptions import ConfigError
@@ -49,3 +59,26 @@ def test_refusals_are_one_line_with_their_path(route, tables, message):
     with pytest.raises(ConfigError) as info:
         config(route, tables)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+CURRENT = Schema(NestedField(1, "id", LongType()))
+INCOMING = Schema(NestedField(1, "id", LongType()), NestedField(2, "payload", VariantType()))
+
+
+@pytest.mark.parametrize("version, policy, action", [
+    (3, EvolutionPolicy(), "write"),
+    (2, EvolutionPolicy(), "dlq"),  # new_column evolve: the column cannot be added yet, the records wait in the DLQ
+    (2, EvolutionPolicy(new_column=Mode.DISCARD_VALUE), "write"),  # written without it
+    (2, EvolutionPolicy(new_column=Mode.FREEZE), "fail"),
+])
+def test_a_variant_column_waits_for_the_upgrade_of_a_v2_table(version, policy, action):
+    layout = TableLayout(PartitionSpec(), UNSORTED_SORT_ORDER, version)
+    plan = plan_table(CURRENT, [INCOMING], policy, True, "db.t", current_layout=layout)
+    decision = decide(plan)
+    assert decision.action == action
+    if version == 3:
+        assert [c.describe() for c in plan.changes] == ["+ payload: optional variant"]
+    else:  # the policy's own refusal where it refuses new columns anyway
+        assert plan.changes == ()
+        assert ("needs a format v3 table (this one is v2" in decision.reason) == (action == "dlq")
+        assert decision.drop_columns == (("payload",) if action == "write" else ())
