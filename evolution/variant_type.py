@@ -24,6 +24,11 @@ plan) treats it as an opaque leaf: nothing is ever added under a variant column.
 Its ``minimum_format_version`` is 3, so pyiceberg's own format check refuses it
 on a v2 table, as the spec does.
 
+Installed by router/catalog/__init__.py (every table load goes through that
+package) and evolution/arrow.py (schema -> Arrow); importing this module alone
+patches nothing and loads neither pyarrow nor pyiceberg's I/O (the command line
+and the source planner import it through router.decisions and must stay light).
+
 Coupling: written against pyiceberg 0.12.0's private visitor classes and the
 singledispatch ``visit_pyarrow``; :func:`install` checks the version and
 tests/evolution/test_variant_type.py fails loudly when a pyiceberg upgrade moves
@@ -36,7 +41,6 @@ import threading
 import types
 from typing import Any, Literal
 
-import pyarrow as pa
 from pydantic import Field
 
 import pyiceberg
@@ -48,9 +52,19 @@ __all__ = ["VariantType", "VARIANT_ARROW", "install", "is_variant", "PYICEBERG_T
 #: the pyiceberg release the patches were written and tested against
 PYICEBERG_TESTED = "0.12.0"
 
-#: a variant column as Arrow batches and Parquet files hold it (unshredded)
-VARIANT_ARROW = pa.struct([pa.field("metadata", pa.large_binary(), nullable=False),
+
+
+def __getattr__(name: str) -> Any:
+    """``VARIANT_ARROW``, the Arrow type of a variant column (unshredded), built on first use: the module is
+    imported by light processes (the command line, the source planner) that never load pyarrow."""
+    if name == "VARIANT_ARROW":
+        import pyarrow as pa
+
+        value = pa.struct([pa.field("metadata", pa.large_binary(), nullable=False),
                            pa.field("value", pa.large_binary(), nullable=False)])
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _native = getattr(itypes, "VariantType", None)
 
@@ -74,8 +88,10 @@ _installed = False
 _lock = threading.Lock()
 
 
-def _is_variant_storage(t: pa.DataType) -> bool:
+def _is_variant_storage(t: Any) -> bool:
     """A struct of exactly ``metadata`` and ``value`` binaries with no field ids: a variant's storage."""
+    import pyarrow as pa
+
     if not pa.types.is_struct(t) or t.num_fields != 2:
         return False
     names = sorted(t.field(i).name for i in range(2))
@@ -127,15 +143,17 @@ def _patch_primitive_visitors() -> None:
 
 
 def _patch_arrow() -> None:
+    import pyarrow as pa
     import pyiceberg.io.pyarrow as pio
 
-    pio._ConvertToArrowSchema.visit_variant = lambda self, _: VARIANT_ARROW  # type: ignore[attr-defined]
+    arrow_type = __getattr__("VARIANT_ARROW")
+    pio._ConvertToArrowSchema.visit_variant = lambda self, _: arrow_type  # type: ignore[attr-defined]
     pio.PrimitiveToPhysicalType.visit_variant = lambda self, _: "BYTE_ARRAY"  # type: ignore[attr-defined]
 
     struct_impl = pio.visit_pyarrow.dispatch(pa.StructType)
 
     @pio.visit_pyarrow.register(pa.StructType)
-    def _(obj: pa.StructType, visitor: Any) -> Any:
+    def _(obj: Any, visitor: Any) -> Any:
         if _is_variant_storage(obj):
             if isinstance(visitor, pio._HasIds):
                 return True
@@ -171,7 +189,8 @@ def _patch_statistics() -> None:
 
 
 def install() -> None:
-    """Teach pyiceberg the variant type, once per process (idempotent, thread-safe)."""
+    """Teach pyiceberg the variant type, once per process (idempotent, thread-safe). Called where schemas
+    are read or converted: router/catalog/__init__.py (every table load) and evolution/arrow.py."""
     global _installed
     if _installed or _native is not None:
         return

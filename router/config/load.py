@@ -28,7 +28,6 @@ from router.config.formats import parse_format
 from router.config.lineage import parse_lineage
 from router.config.reader import Section, interpolate
 from registry.formats import RAW, ValueFormat
-from router.decisions import wanted_format_version
 from router.exceptions import ConfigError
 from router.table_writes import APPEND, TableWrite
 from router.source.offsets import CATCH_UP_MODES
@@ -301,8 +300,9 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             raise ConfigError(f"{where}.format: a raw route appends the bytes as they are (mode upsert and cdc "
                               "need decoded values)")
         route_version = _format_version(s.get("format_version", None, int), f"{where}.format_version")
+        # router.decisions.wanted_format_version's rule (not imported: the configuration loads light)
         _variant_route(fmt, write, s.mapping("fields"), where,
-                       wanted_format_version(tables_version, route_version), route_version is not None)
+                       route_version if route_version is not None else tables_version, route_version is not None)
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),

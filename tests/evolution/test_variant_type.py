@@ -17,7 +17,9 @@ from pyiceberg.types import ListType, LongType, NestedField
 
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy
-from evolution.variant_type import PYICEBERG_TESTED, VARIANT_ARROW, VariantType
+from evolution.variant_type import PYICEBERG_TESTED, VARIANT_ARROW, VariantType, install
+
+install()  # what importing router.catalog or evolution.arrow does
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [
     {"id": 1, "name": "id", "type": "long", "required": False},
