@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import decimal
 import struct
+import sys
+from array import array
+from itertools import accumulate
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -56,9 +59,16 @@ def _size(n: int) -> int:
     return 1 if n < 0x100 else 2 if n < 0x10000 else 3 if n < 0x1000000 else 4
 
 
-def _uints(values: Iterable[int], width: int) -> bytes:
+_ARRAY_CODES = {2: "H", 4: "I"}
+_LITTLE = sys.byteorder == "little"
+
+
+def _uints(values: list[int], width: int) -> bytes:
     if width == 1:
         return bytes(values)
+    code = _ARRAY_CODES.get(width)
+    if code is not None and _LITTLE:
+        return array(code, values).tobytes()
     return b"".join(v.to_bytes(width, "little") for v in values)
 
 
@@ -157,22 +167,20 @@ class _Encoder:
     @staticmethod
     def _container(basic: int, max_id: int | None, field_ids: list[int] | None, parts: list[bytes]) -> bytes:
         n = len(parts)
-        offsets = [0] * (n + 1)
-        total = 0
-        for i, p in enumerate(parts):
-            total += len(p)
-            offsets[i + 1] = total
-        offset_size = _size(total)
+        offsets = [0, *accumulate(map(len, parts))]
+        total = offsets[-1]
+        offset_size = 1 if total < 0x100 else 2 if total < 0x10000 else 3 if total < 0x1000000 else 4
         large = n > 0xFF
-        count = n.to_bytes(4 if large else 1, "little")
+        count = n.to_bytes(4, "little") if large else bytes((n,))
         if basic == _OBJECT:
-            id_size = _size(max_id)
+            id_size = 1 if max_id < 0x100 else 2 if max_id < 0x10000 else 3 if max_id < 0x1000000 else 4
             header = basic | (((large << 4) | ((id_size - 1) << 2) | (offset_size - 1)) << 2)
-            head = bytes([header]) + count + _uints(field_ids, id_size)
+            head = bytes((header,)) + count + _uints(field_ids, id_size)
         else:
-            header = basic | (((large << 2) | (offset_size - 1)) << 2)
-            head = bytes([header]) + count
-        return b"".join((head, _uints(offsets, offset_size), *parts))
+            head = bytes((basic | (((large << 2) | (offset_size - 1)) << 2),)) + count
+        parts.insert(0, _uints(offsets, offset_size))
+        parts.insert(0, head)
+        return b"".join(parts)
 
 
 def encode_metadata(keys: Iterable[str]) -> bytes:
