@@ -125,7 +125,8 @@ def _split_fields(values: list[bytes], names: tuple[str, ...]
             bad.append((pos, *not_json(value, exc)))
             continue
         if not isinstance(doc, dict):
-            kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(doc), "null")
+            kind = {list: "array", str: "string", bool: "boolean", int: "number",
+                    float: "number"}.get(type(doc), "null")
             bad.append((pos, "decode_error", f"a JSON {kind} where an object was expected"))
             continue
         kept.append([doc.pop(name, _MISSING) for name in names])
@@ -168,8 +169,10 @@ def _fields(values: list[bytes], names: tuple[str, ...], numbers: str) -> tuple[
     return out, bad
 
 
-def decode_variant(values: pa.Array, fmt: ValueFormat) -> tuple[list[tuple[SchemaArtifacts, pa.RecordBatch, np.ndarray]],
-                                                                 list[Failure]]:
+Group = tuple[SchemaArtifacts, pa.RecordBatch, np.ndarray]
+
+
+def decode_variant(values: pa.Array, fmt: ValueFormat) -> tuple[list[Group], list[Failure]]:
     """([(artifacts, batch, positions)], [(position, error class, reason)]) for unframed JSON values without
     nulls (the caller takes tombstones out), by the format's variant settings."""
     pylist = values.to_pylist()

@@ -23,8 +23,9 @@ from evolution.jsonschema import jsonschema_to_iceberg
 from registry.formats import FORMAT_KINDS, JSON, JSON_NUMBERS, REGISTRY_FORMAT, ValueFormat
 from router.config.reader import Section
 from router.exceptions import ConfigError
+from router.table_writes import TableWrite
 
-__all__ = ["parse_format", "FORMAT_KEYS", "DEFAULT_VARIANT_COLUMN"]
+__all__ = ["parse_format", "variant_route", "FORMAT_KEYS", "DEFAULT_VARIANT_COLUMN"]
 
 FORMAT_KEYS = ("type", "schema_file", "subject", "version", "numbers", "variant", "variant_column")
 #: the column a whole-value variant gets unless ``variant_column`` names another
@@ -92,3 +93,22 @@ def _variant(s: Section, where: str, declared: bool) -> tuple[tuple[str, ...], s
         raise ConfigError(f"{where}.variant: expected true or a list of distinct top-level field names, "
                           f"got {spec!r}")
     return tuple(names), None
+
+
+def variant_route(fmt: ValueFormat, write: TableWrite, fields: dict, where: str, version: int,
+                  route_version: bool) -> None:
+    """A route with variant columns (registry/json_variant.py) writes a format v3 table (variant is a v3
+    type: an existing v2 table gets the upgrade `icerouter plan` shows, router.decisions.decide_format),
+    appends (a key or a change image is not a variant), and filters on no variant field."""
+    if not fmt.has_variant:
+        return
+    if version < 3:
+        key = f"{where}.format_version" if route_version else "tables.format_version"
+        raise ConfigError(f"{where}.format.variant: variant columns need Iceberg format v3 ({key} is {version}; "
+                          "set format_version: 3, docs/v3.md)")
+    if write.upsert:
+        raise ConfigError(f"{where}.format.variant: variant columns are for append routes (mode upsert and cdc "
+                          "key rows by typed columns)")
+    for name in fields:
+        if fmt.variant_column is not None or str(name).split(".")[0] in fmt.variant:
+            raise ConfigError(f"{where}.fields.{name}: a variant column cannot be filtered on")

@@ -24,10 +24,10 @@ from router.config.model import (
     EVERY_BATCH, TRANSIENT_FILE_CODECS, CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig,
     MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig, TablesConfig,
 )
-from router.config.formats import parse_format
+from router.config.formats import parse_format, variant_route
 from router.config.lineage import parse_lineage
 from router.config.reader import Section, interpolate
-from registry.formats import RAW, ValueFormat
+from registry.formats import RAW
 from router.exceptions import ConfigError
 from router.table_writes import APPEND, TableWrite
 from router.source.offsets import CATCH_UP_MODES
@@ -301,7 +301,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
                               "need decoded values)")
         route_version = _format_version(s.get("format_version", None, int), f"{where}.format_version")
         # router.decisions.wanted_format_version's rule (not imported: the configuration loads light)
-        _variant_route(fmt, write, s.mapping("fields"), where,
+        variant_route(fmt, write, s.mapping("fields"), where,
                        route_version if route_version is not None else tables_version, route_version is not None)
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
@@ -318,25 +318,6 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
         raise ConfigError(f"routes: duplicate route name {dupes[0]!r}")
     _same_mode_per_table(routes)
     return tuple(routes)
-
-
-def _variant_route(fmt: ValueFormat, write: TableWrite, fields: dict, where: str, version: int,
-                   route_version: bool) -> None:
-    """A route with variant columns (registry/json_variant.py) writes a format v3 table (variant is a v3
-    type: an existing v2 table gets the upgrade `icerouter plan` shows, router.decisions.decide_format),
-    appends (a key or a change image is not a variant), and filters on no variant field."""
-    if not fmt.has_variant:
-        return
-    if version < 3:
-        key = f"{where}.format_version" if route_version else "tables.format_version"
-        raise ConfigError(f"{where}.format.variant: variant columns need Iceberg format v3 ({key} is {version}; "
-                          "set format_version: 3, docs/v3.md)")
-    if write.upsert:
-        raise ConfigError(f"{where}.format.variant: variant columns are for append routes (mode upsert and cdc "
-                          "key rows by typed columns)")
-    for name in fields:
-        if fmt.variant_column is not None or str(name).split(".")[0] in fmt.variant:
-            raise ConfigError(f"{where}.fields.{name}: a variant column cannot be filtered on")
 
 
 def _write(s: Section, default_mode: str, columns: list | None) -> TableWrite:

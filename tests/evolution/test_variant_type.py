@@ -51,7 +51,8 @@ def test_arrow_conversion_both_ways():
 
 def test_a_struct_of_metadata_and_value_with_ids_stays_a_struct():
     ids = lambda i: {b"PARQUET:field_id": str(i)}  # noqa: E731
-    struct = pa.struct([pa.field("metadata", pa.binary(), False, ids(2)), pa.field("value", pa.binary(), False, ids(3))])
+    struct = pa.struct([pa.field("metadata", pa.binary(), False, ids(2)),
+                        pa.field("value", pa.binary(), False, ids(3))])
     schema = pyarrow_to_schema(pa.schema([pa.field("s", struct, metadata=ids(1))]))
     assert schema.find_field("s").field_type.is_struct
 
