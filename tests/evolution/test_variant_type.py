@@ -15,6 +15,7 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.schema import Schema
 from pyiceberg.types import ListType, LongType, NestedField
 
+from evolution.layout import usable_partition_terms, usable_sort_terms
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy
 from evolution.variant_type import PYICEBERG_TESTED, VARIANT_ARROW, VariantType, install
@@ -78,3 +79,12 @@ def test_a_new_variant_column_is_added_whole():
     incoming = Schema(NestedField(1, "id", LongType()), NestedField(2, "attrs", ListType(3, VariantType())))
     plan = plan_evolution(current, [incoming], EvolutionPolicy(), table="t")
     assert [c.describe() for c in plan.changes] == ["+ attrs: optional list<variant>"]
+
+
+def test_a_variant_column_is_never_a_partition_or_sort_term():
+    """pyiceberg's identity transform takes any primitive; the spec partitions and sorts by no variant."""
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "doc", VariantType()))
+    notes: list[str] = []
+    assert [t.column for t in usable_partition_terms(schema, ["identity(doc)", "bucket(4, id)"], notes)] == ["id"]
+    assert [t.term.column for t in usable_sort_terms(schema, ["doc", "id"], notes)] == ["id"]
+    assert all("a variant column cannot be" in n for n in notes) and len(notes) == 2
