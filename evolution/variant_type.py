@@ -53,7 +53,6 @@ __all__ = ["VariantType", "VARIANT_ARROW", "install", "is_variant", "PYICEBERG_T
 PYICEBERG_TESTED = "0.12.0"
 
 
-
 def __getattr__(name: str) -> Any:
     """``VARIANT_ARROW``, the Arrow type of a variant column (unshredded), built on first use: the module is
     imported by light processes (the command line, the source planner) that never load pyarrow."""
@@ -65,6 +64,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _native = getattr(itypes, "VariantType", None)
 
