@@ -16,7 +16,12 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
+from evolution.variant_type import install
+
 __all__ = ["iceberg_to_arrow"]
+
+
+install()  # a schema with a variant column converts (evolution/variant_type.py)
 
 
 @lru_cache(maxsize=1024)

@@ -36,6 +36,7 @@ from evolution.layout_terms import (
     transform_term,
 )
 from evolution.policy import EvolutionPolicy, Mode
+from evolution.variant_type import is_variant
 
 __all__ = ["Layout", "TableLayout", "PartitionTerm", "SortTerm", "TRANSFORM_NAMES", "parse_partition_term",
            "parse_sort_term", "partition_terms", "sort_terms", "usable_partition_terms", "usable_sort_terms",
@@ -73,6 +74,9 @@ def _usable(schema: Schema, term: PartitionTerm, notes: list[str], what: str) ->
         field = schema.find_field(term.column)
     except ValueError:
         return False  # applied where the column exists: tables without it take the others
+    if is_variant(field.field_type):  # pyiceberg's identity takes any primitive; the spec takes no variant
+        notes.append(f"{what} {term}: a variant column cannot be a {what.split('_')[0]} term; left out")
+        return False
     if not term.to_transform().can_transform(field.field_type):
         notes.append(f"{what} {term}: {term.transform} cannot take a {field.field_type} column; left out")
         return False
@@ -100,14 +104,16 @@ def usable_sort_terms(schema: Schema, sort_by: Sequence[str], notes: list[str] |
 
 @dataclass(frozen=True)
 class TableLayout:
-    """The layout a table has: its default partition spec and sort order."""
+    """The layout a table has: its default partition spec and sort order, and its format version (what
+    types it may hold: a variant column needs v3)."""
 
     spec: PartitionSpec
     sort_order: SortOrder
+    format_version: int = 2
 
     @classmethod
     def of(cls, metadata: Any) -> TableLayout:
-        return cls(metadata.spec(), metadata.sort_order())
+        return cls(metadata.spec(), metadata.sort_order(), int(metadata.format_version))
 
 
 def _frozen(entity: str, mode: Mode, what: str, before: tuple[str, ...], after: tuple[str, ...],

@@ -11,6 +11,11 @@ embedded schema), Debezium through that converter. A route says which it reads:
     connect_json  Kafka Connect's JsonConverter with schemas.enable=true: each value is
                   {"schema": ..., "payload": ...} and the embedded Connect schema gives the columns
 
+Inferred json may keep drifting parts as Iceberg ``variant`` columns instead of
+inferring columns from them (registry/json_variant.py): the whole value in one
+column (``variant_column``), or named top-level fields (``variant``) beside the
+inferred rest.
+
 The value is a shared type: built on the driver from the config (a schema file
 is read there, its text travels with the format), decoded by the executors.
 """
@@ -36,6 +41,12 @@ class ValueFormat:
     subject: str | None = None  # json: a registry subject whose schema decodes unframed payloads
     version: int | str = "latest"  # json + subject: "latest" (TTL-cached, follows new versions) or a version
     numbers: str = "long"  # inferred json: JSON_NUMBERS
+    variant: tuple[str, ...] = ()  # json: top-level fields stored as variant columns (the rest inferred)
+    variant_column: str | None = None  # json: the whole value stored as one variant column of this name
+
+    @property
+    def has_variant(self) -> bool:
+        return bool(self.variant) or self.variant_column is not None
 
     @property
     def framed(self) -> bool:
@@ -43,7 +54,8 @@ class ValueFormat:
 
     @property
     def inferred(self) -> bool:
-        return self.kind == JSON and self.schema_text is None and self.subject is None
+        return (self.kind == JSON and self.schema_text is None and self.subject is None
+                and self.variant_column is None)
 
     @property
     def declared_id(self) -> str:
@@ -57,7 +69,10 @@ class ValueFormat:
             return f"json (schema {self.schema_source or 'file'})"
         if self.subject is not None:
             return f"json (subject {self.subject} version {self.version})"
-        return f"json (inferred, numbers as {self.numbers})"
+        if self.variant_column is not None:
+            return f"json (the whole value as variant column {self.variant_column})"
+        kept = f", variant {', '.join(self.variant)}" if self.variant else ""
+        return f"json (inferred, numbers as {self.numbers}{kept})"
 
 
 REGISTRY_FORMAT = ValueFormat()

@@ -24,6 +24,7 @@ from registry.decode import DecodedGroup, DecodeFailure, DecodeResult, _merge, _
 from registry.exceptions import RegistryError, UnsupportedSchemaType
 from registry.formats import CONNECT_JSON, JSON, RAW, ValueFormat
 from registry.json_infer import infer_json
+from registry.json_variant import decode_variant
 from registry.wire import TOMBSTONE, as_binary_array
 
 __all__ = ["decode_unframed", "RAW_ARTIFACTS", "RAW_KEY", "RAW_VALUE"]
@@ -76,8 +77,13 @@ def decode_unframed(registry: CachedRegistry | None, fmt: ValueFormat, values: A
         return result
     present = _tombstones(arr, result)
     rows = arr if len(present) == len(arr) else arr.take(pa.array(present, pa.int64()))
-    if fmt.kind == CONNECT_JSON or fmt.inferred:
-        found, bad = decode_connect_json(rows) if fmt.kind == CONNECT_JSON else infer_json(rows, fmt.numbers)
+    if fmt.kind == CONNECT_JSON or fmt.inferred or fmt.has_variant:
+        if fmt.kind == CONNECT_JSON:
+            found, bad = decode_connect_json(rows)
+        elif fmt.has_variant:
+            found, bad = decode_variant(rows, fmt)
+        else:
+            found, bad = infer_json(rows, fmt.numbers)
         for art, batch, positions in found:
             result.groups.append(DecodedGroup(art.schema_id, art, batch, present[positions]))
         result.failures.extend(DecodeFailure(int(present[p]), None, cls, reason, False) for p, cls, reason in bad)

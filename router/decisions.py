@@ -16,19 +16,23 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import IntegerType, LongType, NestedField, PrimitiveType, StringType, TimestamptzType
+from pyiceberg.types import (
+    IcebergType, IntegerType, ListType, LongType, MapType, NestedField, PrimitiveType, StringType, StructType,
+    TimestamptzType,
+)
 
 from evolution.avro import avro_field_aliases
-from evolution.changes import EvolutionPlan, MappedSchema
+from evolution.changes import AddColumn, EvolutionPlan, MappedSchema, Violation
 from evolution.layout import Layout, TableLayout, plan_layout
 from evolution.plan import plan_evolution
 from evolution.policy import EvolutionPolicy, Mode, PolicyOverrides, PolicySet
+from evolution.variant_type import VariantType
 from router.changes.envelope import debezium_table_schema
 from router.table_writes import APPEND, TableWrite, apply_write
 
 __all__ = ["KAFKA_METADATA", "SEQUENCE_COLUMN", "SchemaDecision", "FormatDecision", "projected_names", "table_view",
            "with_sequence_column", "sequence_column", "resolve_policy", "table_layout",
-           "plan_table", "decide", "decide_schema", "wanted_format_version", "decide_format"]
+           "plan_table", "refuse_variant_columns", "decide", "decide_schema", "wanted_format_version", "decide_format"]
 
 #: (column, source column of the Kafka row, Iceberg type) appended to every row when
 #: ``tables.metadata_columns`` is on.
@@ -150,6 +154,8 @@ def plan_table(current: Schema | None, incoming: Sequence[Schema | MappedSchema]
     existing table's spec and sort order (without it an existing table's layout is not planned)."""
     plan = plan_evolution(current, list(incoming), policy, case_sensitive=case_sensitive, table=table)
     plan = apply_write(plan, incoming, write, key)
+    if current_layout is not None and not plan.new_table and current_layout.format_version < 3:
+        plan = refuse_variant_columns(plan, current_layout.format_version, policy)
     if layout is None or plan.target is None or (not plan.new_table and current_layout is None):
         return plan
     changes, violations, notes = plan_layout(plan.target, None if plan.new_table else current_layout, layout, policy)
@@ -157,6 +163,32 @@ def plan_table(current: Schema | None, incoming: Sequence[Schema | MappedSchema]
         return plan
     return replace(plan, changes=plan.changes + changes, violations=plan.violations + violations,
                    notes=plan.notes + tuple(n for n in notes if n not in plan.notes))
+
+
+def _holds_variant(t: IcebergType) -> bool:
+    if isinstance(t, VariantType):
+        return True
+    if isinstance(t, StructType):
+        return any(_holds_variant(f.field_type) for f in t.fields)
+    if isinstance(t, ListType):
+        return _holds_variant(t.element_type)
+    if isinstance(t, MapType):
+        return _holds_variant(t.key_type) or _holds_variant(t.value_type)
+    return False
+
+
+def refuse_variant_columns(plan: EvolutionPlan, format_version: int, policy: EvolutionPolicy) -> EvolutionPlan:
+    """A variant column is a v3 type: on an older table (its routes ask for v3, the upgrade is
+    `icerouter maintain`'s, router.decisions.decide_format) adding one is refused until the upgrade, as
+    the table's ``new_column`` policy says, and dead-lettered where that policy would evolve."""
+    added = [c for c in plan.changes if isinstance(c, AddColumn) and _holds_variant(c.type)]
+    if not added:
+        return plan
+    outcome = Mode.DLQ if policy.new_column is Mode.EVOLVE else policy.new_column
+    reason = (f"a variant column needs a format v3 table (this one is v{format_version}; "
+              "`icerouter maintain` upgrades it once its routes ask for format_version 3)")
+    return replace(plan, changes=tuple(c for c in plan.changes if c not in added),
+                   violations=plan.violations + tuple(Violation(c.path, "new_column", reason, outcome) for c in added))
 
 
 def decide(plan: EvolutionPlan) -> SchemaDecision:

@@ -20,6 +20,7 @@ from registry.exceptions import (
     UnsupportedSchemaType, WireFormatError,
 )
 from registry.protobuf_scan import Unsupported
+from registry.variant_encode import VariantEncodeError
 from router.changes.exceptions import ChangeStreamError, EnvelopeError, KeyColumnsError
 from router.devstack.exceptions import (
     DevStackError, RegistryApiError, RegistryStoreError, ServiceMissingError, ServiceStartError,
@@ -53,6 +54,7 @@ EXAMPLES = [
     WireFormatError("unknown magic byte 0x07", index=4, topic="t", partition=1, offset=99),
     DecodeError("EOF", schema_id=7, topic="t", partition=2, offset=1234, index=5),
     Unsupported("singular message field written twice"),
+    VariantEncodeError("integer 10**40 has more than 38 digits: a variant cannot hold it"),
     RouterError("failed", table="db.t", route="r1", offset=None),
     ConfigError("unknown key", path="job.nme"),
     SchemaFileError("schema file x.avsc is not UTF-8 text", path="schemas/x.avsc"),

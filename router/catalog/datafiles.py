@@ -62,7 +62,9 @@ from pyiceberg.typedef import Record
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
+from evolution.variant_type import is_variant
 from router.catalog.file_stats import StatColumn, file_statistics, stat_columns
+from router.catalog.parquet_footer import AnnotatingStream
 from router.catalog.sorting import sort_rows
 
 __all__ = ["write_data_files", "clear_cache", "TRANSIENT_MAX_BYTES"]
@@ -107,6 +109,7 @@ class _Plan:
     row_group_size: int | None
     target_file_size: int
     downcast_ns: bool
+    variant_ids: frozenset = frozenset()  # field ids of variant columns: their groups are annotated (parquet_footer.py)
     projections: LRUCache = field(default_factory=lambda: LRUCache(maxsize=PROJECTION_CACHE_SIZE))
 
 
@@ -156,6 +159,7 @@ def _build_plan(metadata: TableMetadata, props: dict[str, str]) -> _Plan:
         target_file_size=property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
                                          TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT),
         downcast_ns=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False,
+        variant_ids=frozenset(f.field_id for f in file_schema._lazy_id_to_field.values() if is_variant(f.field_type)),
     )
 
 
@@ -243,15 +247,30 @@ def _parquet_writer(plan: _Plan, stream: Any, schema: pa.Schema, codec: str | No
     return pq.ParquetWriter(stream, schema=schema, store_decimal_as_integer=True, **kwargs)
 
 
+def open_stream(plan: _Plan, io: FileIO, path: str) -> Any:
+    """A new data file's output stream; a table with variant columns gets the stream that annotates them."""
+    stream = io.new_output(path).create(overwrite=True)
+    return AnnotatingStream(stream, set(plan.variant_ids)) if plan.variant_ids else stream
+
+
+def close_writer(writer: pq.ParquetWriter, stream: Any) -> int:
+    """Close the writer (its footer annotated where the stream annotates) -> the file's size in bytes."""
+    if isinstance(stream, AnnotatingStream):
+        stream.hold()
+        writer.close()
+        stream.finish()
+    else:
+        writer.close()
+    return stream.tell()  # bytes written: saves the stat (an object-store HEAD) pyiceberg makes
+
+
 def _write_one(plan: _Plan, io: FileIO, table: pa.Table, path: str, partition_key: PartitionKey | None,
                codec: str | None = None) -> DataFile:
-    output = io.new_output(path)
-    stream = output.create(overwrite=True)
+    stream = open_stream(plan, io, path)
     try:
         writer = _parquet_writer(plan, stream, table.schema, codec)
         writer.write_table(table, row_group_size=plan.row_group_size)
-        writer.close()
-        size = stream.tell()  # bytes written: saves the stat (an object-store HEAD) pyiceberg makes
+        size = close_writer(writer, stream)
     finally:
         stream.close()
     return _data_file(plan, path, size, writer.writer.metadata, partition_key)

@@ -25,7 +25,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionKey
 
 from router.catalog.datafiles import (
-    _data_file, _new_path, _parquet_writer, _plan_for, _projection, _split_partitions, _to_file_table,
+    _data_file, _new_path, _parquet_writer, _plan_for, _projection, _split_partitions, _to_file_table, close_writer,
+    open_stream,
 )
 from router.catalog.format_v3 import ROW_ID
 from router.catalog.lineage import LINEAGE_STAT_COLUMNS, attach_lineage, split_lineage
@@ -137,7 +138,7 @@ class RollingWriter:
 
     def _start(self, slot: str, key: PartitionKey | None, schema: pa.Schema) -> _OpenFile:
         path = _new_path(self._plan, self._uuid, next(self._counter), key)
-        stream = self._io.new_output(path).create(overwrite=True)
+        stream = open_stream(self._plan, self._io, path)
         self.paths.append(path)
         out = self._open[slot] = _OpenFile(path, key, stream, _parquet_writer(self._plan, stream, schema))
         return out
@@ -145,8 +146,7 @@ class RollingWriter:
     def _finish(self, slot: str) -> None:
         out = self._open.pop(slot)
         try:
-            out.writer.close()
-            size = out.stream.tell()
+            size = close_writer(out.writer, out.stream)
         finally:
             out.stream.close()
         lineage = ROW_ID in out.writer.schema.names

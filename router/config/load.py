@@ -24,7 +24,7 @@ from router.config.model import (
     EVERY_BATCH, TRANSIENT_FILE_CODECS, CatalogConfig, CommitAfter, DlqConfig, JobConfig, KafkaConfig,
     MaintenanceConfig, MetricsConfig, RouteConfig, RouterConfig, TablesConfig,
 )
-from router.config.formats import parse_format
+from router.config.formats import parse_format, variant_route
 from router.config.lineage import parse_lineage
 from router.config.reader import Section, interpolate
 from registry.formats import RAW
@@ -274,6 +274,7 @@ def _partition_by(items: list | None, where: str) -> tuple[str, ...] | None:
 
 def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
     default_mode = Section(tables, "tables", TABLES_KEYS).choice("mode", "append", TABLE_MODES)
+    tables_version = Section(tables, "tables", TABLES_KEYS).get("format_version", 2, int)
     routes = []
     for i, item in enumerate(items):
         where = f"routes[{i}]"
@@ -298,6 +299,10 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
         if fmt.kind == RAW and write.upsert:
             raise ConfigError(f"{where}.format: a raw route appends the bytes as they are (mode upsert and cdc "
                               "need decoded values)")
+        route_version = _format_version(s.get("format_version", None, int), f"{where}.format_version")
+        # router.decisions.wanted_format_version's rule (not imported: the configuration loads light)
+        variant_route(fmt, write, s.mapping("fields"), where,
+                       route_version if route_version is not None else tables_version, route_version is not None)
         routes.append(RouteConfig(
             name=s.get("name", f"route{i}", str), table=table, topic=topic,
             headers={k: str(v) for k, v in s.mapping("headers").items()}, fields=s.mapping("fields"),
@@ -305,7 +310,7 @@ def _routes(items: list, tables: Any, base: Path) -> tuple[RouteConfig, ...]:
             evolution=_route_policy(s.get("evolution"), f"{where}.evolution"),
             partition_by=_partition_by(partition_by, f"{where}.partition_by"),
             write=write, format=fmt, commit_after=_commit_after(s.get("commit_after"), f"{where}.commit_after"),
-            format_version=_format_version(s.get("format_version", None, int), f"{where}.format_version"),
+            format_version=route_version,
             sort_by=_sort_by(s.get("sort_by", None, list), f"{where}.sort_by")))
     names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})

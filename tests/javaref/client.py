@@ -24,11 +24,14 @@ class JavaReaderError(RuntimeError):
 class JavaReader:
     """One Spark 3.5 + Iceberg 1.10 JVM serving reads over JSON lines (tests/javaref/reader_main.py)."""
 
-    def __init__(self, ref: Reference, warehouse: str, log_path: str, start_timeout: float = 300) -> None:
+    def __init__(self, ref: Reference, warehouse: str, log_path: str, start_timeout: float = 300,
+                 classpath_first: tuple[str, ...] = ()) -> None:
         self.warehouse, self.log_path = warehouse, log_path
         os.makedirs(warehouse, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME", "PYTHONPATH"))}
         env.update(TZ="UTC", SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=ref.python)
+        if classpath_first:  # jars ahead of Spark's own on the driver (a newer library a reader needs)
+            env["PYSPARK_SUBMIT_ARGS"] = f"--driver-class-path {os.pathsep.join(classpath_first)} pyspark-shell"
         self._log = open(log_path, "w")
         args = [ref.python, READER, "--warehouse", warehouse]
         for jar in ref.jars:
@@ -72,6 +75,10 @@ class JavaReader:
         if columns:
             request["columns"] = list(columns)
         return self._ask(request)["rows"]
+
+    def read_generic(self, table) -> list[dict]:
+        """A pyiceberg Table's current snapshot, read by Java Iceberg's generic reader (variants as JSON values)."""
+        return self._ask({"op": "generic", "metadata": table.metadata_location.removeprefix("file://")})["rows"]
 
     def read(self, table, columns: list[str] | None = None) -> list[dict]:
         """A pyiceberg Table's current snapshot, read by Java Iceberg from its metadata file."""

@@ -9,6 +9,9 @@ requests come as JSON lines on stdin, answers go as JSON lines on the original s
   ``"columns": [...]`` those columns only, Iceberg's metadata columns included.
 - ``{"op": "sql", "statements": [...]}``: statements on the session, whose ``javaref`` catalog is a
   Hadoop catalog on ``--warehouse``; answers the last statement's rows.
+- ``{"op": "generic", "metadata": ...}``: the table read by Java Iceberg's generic reader
+  (``IcebergGenerics``, no Spark types in between), Variant values walked into JSON-like values; for
+  types Spark 3.5 has not (``variant``). Needs commons-lang3 >= 3.13 first on the driver's class path.
 
 Rows are canonical (see :func:`canonical`) so that they compare with DuckDB's and pyiceberg's.
 Imports at module level are the standard library's only: the test process imports
@@ -98,7 +101,49 @@ def _session(jars: list[str], warehouse: str):
     return spark
 
 
+def _variant(value):
+    """A Java Iceberg VariantValue as the Python value of its JSON (objects as dicts, arrays as lists)."""
+    kind = value.type().name()
+    if kind == "OBJECT":
+        obj, out = value.asObject(), {}
+        names = obj.fieldNames().iterator()
+        while names.hasNext():
+            name = names.next()
+            out[name] = _variant(obj.get(name))
+        return out
+    if kind == "ARRAY":
+        array = value.asArray()
+        return [_variant(array.get(i)) for i in range(array.numElements())]
+    if kind == "NULL":
+        return None
+    return _java(value.asPrimitive().get())
+
+
+def _java(value):
+    """A value py4j did not map to Python (a timestamp, a byte array...) as its Java text."""
+    from py4j.java_gateway import JavaObject
+
+    return value.toString() if isinstance(value, JavaObject) else value
+
+
+def _generic(spark, metadata: str) -> dict:
+    jvm = spark._jvm
+    table = jvm.org.apache.iceberg.hadoop.HadoopTables(spark._jsc.hadoopConfiguration()).load(metadata)
+    fields = [(f.name(), f.type().typeId().name()) for f in table.schema().columns()]
+    rows, records = [], jvm.org.apache.iceberg.data.IcebergGenerics.read(table).build().iterator()
+    while records.hasNext():
+        record = records.next()
+        row = {}
+        for name, kind in fields:
+            value = record.getField(name)
+            row[name] = _variant(value.value()) if kind == "VARIANT" and value is not None else _java(value)
+        rows.append(canonical(row))
+    return {"rows": rows, "columns": [name for name, _ in fields]}
+
+
 def _answer(spark, request: dict) -> dict:
+    if request["op"] == "generic":
+        return _generic(spark, request["metadata"])
     if request["op"] == "read":
         df = spark.read.format("iceberg").load(request["metadata"])
         if request.get("columns"):  # metadata columns too (`_row_id`, `_last_updated_sequence_number`)
@@ -131,7 +176,8 @@ def main(argv: list[str]) -> int:
         try:
             answer = _answer(spark, json.loads(line))
         except Exception as exc:  # noqa: BLE001 - the error goes back to the test, the JVM serves on
-            answer = {"error": f"{type(exc).__name__}: {str(exc)[:4000]}"}
+            trace = str(getattr(exc, "stackTrace", "") or "")  # a captured JVM exception's Java frames
+            answer = {"error": f"{type(exc).__name__}: {str(exc)[:4000]}" + (f"\n{trace[:3000]}" if trace else "")}
         answers.write(json.dumps(answer) + "\n")
     spark.stop()
     return 0

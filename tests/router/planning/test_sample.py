@@ -202,3 +202,37 @@ def test_plan_sample_of_an_upsert_route_whose_keys_name_no_column(tmp_path, kafk
     [violation] = json.loads(planned.stdout)["plans"][0]["violations"]
     assert (violation["kind"], violation["outcome"]) == ("missing_key", "dlq")
     assert violation["reason"] == missing_key_reason(f"{ns}.items")
+
+
+def test_plan_samples_a_variant_route_and_its_drift_changes_nothing(tmp_path, kafka_bootstrap, unique_name):
+    """The sampled records decode as the job decodes them (registry/json_variant.py): the payload is one
+    variant column whatever its shape, and after the job wrote the table a new shape plans no change."""
+    ns = unique_name("pv")
+    topic = f"{ns}.events"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(15)
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    route = {"name": "events", "topic": topic, "table": f"{ns}.events", "format_version": 3,
+             "format": {"type": "json", "variant": ["payload"]}}
+    config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
+              "catalog": {"name": "pv", "properties": props}, "tables": {"allowed_namespaces": [ns]},
+              "routes": [route], "dlq": {"table": f"{ns}.dead_letters"}}
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump(config))
+    _produce(kafka_bootstrap, topic, [{"id": i, "payload": {"a": i}} for i in range(5)])
+    get_catalog(load_config(path).catalog)
+    first = _plan(path, "--sample", topic, "--format", "json")
+    assert first.returncode == 0, first.stderr
+    [plan] = json.loads(first.stdout)["plans"]
+    assert plan["new_table"] and "payload: optional variant" in plan["target_schema"]
+
+    dispatcher = make_dispatcher(load_config(path).catalog, "http://127.0.0.1:1", ns, config["routes"])
+    _, report = run_batch(dispatcher, [kafka_batch([(topic, 0, 0, None, json.dumps({"id": 1, "payload": {"a": 1}})
+                                                     .encode())])], 0)
+    assert not report.failed
+    _produce(kafka_bootstrap, topic, [{"id": 9, "payload": s} for s in ("text", [1, {"b": None}], 2.5)])
+    second = _plan(path, "--sample", topic, "--records", "3", "--format", "json")
+    assert second.returncode == 0, second.stderr
+    [plan] = json.loads(second.stdout)["plans"]
+    assert not plan["changes"] and not plan["violations"] and not plan["new_table"], plan
