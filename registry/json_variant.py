@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -88,14 +88,18 @@ def variant_artifacts(base: SchemaArtifacts | None, names: tuple[str, ...]) -> S
     return art
 
 
-def _whole(values: list[bytes], column: str) -> tuple[list, list[Failure]]:
-    metadata, data, ok, bad = [], [], [], []
+def _documents(values: list[bytes], bad: list[Failure]) -> Iterator[tuple[int, Any]]:
+    """(position, parsed JSON) of each value; a value that is not JSON goes to `bad` instead."""
     for pos, value in enumerate(values):
         try:
-            doc = _loads(value)
+            yield pos, _loads(value)
         except (ValueError, TypeError) as exc:
             bad.append((pos, *not_json(value, exc)))
-            continue
+
+
+def _whole(values: list[bytes], column: str) -> tuple[list, list[Failure]]:
+    metadata, data, ok, bad = [], [], [], []
+    for pos, doc in _documents(values, bad):
         try:
             m, d = encode_variant(doc)
         except VariantEncodeError as exc:
@@ -118,12 +122,7 @@ def _split_fields(values: list[bytes], names: tuple[str, ...]
                   ) -> tuple[list[int], list[bytes], list[list[Any]], list[Failure]]:
     """Positions of the objects, each object's rest as JSON, the named fields' values (or _MISSING)."""
     ok, rests, kept, bad = [], [], [], []
-    for pos, value in enumerate(values):
-        try:
-            doc = _loads(value)
-        except (ValueError, TypeError) as exc:
-            bad.append((pos, *not_json(value, exc)))
-            continue
+    for pos, doc in _documents(values, bad):
         if not isinstance(doc, dict):
             kind = {list: "array", str: "string", bool: "boolean", int: "number",
                     float: "number"}.get(type(doc), "null")
