@@ -27,14 +27,21 @@ import uuid
 
 import pytest
 
+from tests.jvm_archive import TEST_JVM_OPTIONS, prepare
 from tests.scheduling import pytest_collection_modifyitems  # noqa: F401 - longest files first
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # The JVMs the tests start through spark-submit (each `icerouter run`, the in-process sessions, the
-# Java reference reader) live seconds to minutes: C1 alone compiles what they run soon enough, and
-# the serial collector fits their small heaps. The exactly-once scenario (test_job_e2e.py) took ~20%
-# less CPU so. The job's own settings (spark.driver.extraJavaOptions) are added to these, not replaced.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Java reference reader) live seconds to minutes: tests/jvm_archive.py says which options they get.
+# The job's own settings (spark.driver.extraJavaOptions) are added to these, not replaced.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+
+
+def pytest_configure(config) -> None:
+    """Spark's classes recorded once for the session's driver JVMs (tests/jvm_archive.py), before the
+    xdist workers start: they inherit SPARK_SUBMIT_OPTS naming the archive."""
+    if not hasattr(config, "workerinput") and not config.option.collectonly:
+        prepare()
 
 KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
 REGISTRY_IMAGE = "confluentinc/cp-schema-registry:7.6.0"

@@ -12,7 +12,8 @@ driver's) and only then renames it into place; the JVM after it maps it with -Xs
 ignores an archive that does not fit. The archive's name carries a key of the JDK, Spark's jars
 and the driver's JVM settings, so a change of any of them records a new one (the old is removed).
 Off when spark-submit started the driver's JVM, when the checkpoint is not on a local disk, and
-when `spark.driver.extraJavaOptions` already says how to share classes (-Xshare, CDS flags).
+when `spark.driver.extraJavaOptions` or SPARK_SUBMIT_OPTS already says how to share classes (-Xshare,
+CDS flags: two archives in one JVM's options would keep it from starting).
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ def sharing_options(checkpoint: str, settings: dict[str, str]) -> tuple[str, Pat
     is mapped if there is one, else this JVM records one unless a dump waits for its check."""
     folder = state_dir(checkpoint)
     java = java_binary()
-    if folder is None or java is None or any(flag in settings.get("spark.driver.extraJavaOptions", "")
-                                             for flag in USER_FLAGS):
+    own = f"{settings.get('spark.driver.extraJavaOptions', '')} {os.environ.get('SPARK_SUBMIT_OPTS', '')}"
+    if folder is None or java is None or any(flag in own for flag in USER_FLAGS):
         return "", None
     key = archive_key(settings, java)
     if key is None:

@@ -14,6 +14,7 @@ import pytest
 from pyspark.find_spark_home import _find_spark_home
 
 from router.driver import jvm_classes as jc
+from tests.jvm_archive import TEST_JVM_OPTIONS
 
 JAVA = jc.java_binary()
 CLASSPATH = str(Path(_find_spark_home()) / "jars" / "*")
@@ -21,6 +22,12 @@ SETTINGS = {"spark.driver.memory": "1g", "spark.driver.extraJavaOptions": "-Dlog
 LATER = time.time() + 3600  # every file counts as finished
 
 pytestmark = pytest.mark.skipif(JAVA is None, reason="no java")
+
+
+@pytest.fixture(autouse=True)
+def _no_session_archive(monkeypatch):
+    """The test session's own archive (tests/jvm_archive.py) out of the options these tests compute."""
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 
 def java(options: str, classpath: str = CLASSPATH, main: tuple[str, ...] = ("-version",)) -> subprocess.CompletedProcess:
@@ -108,3 +115,11 @@ def test_own_sharing_flags_turn_it_off(tmp_path):
     for flag in ("-Xshare:off", "-XX:SharedArchiveFile=/x.jsa"):
         settings = {**SETTINGS, "spark.driver.extraJavaOptions": f"-Da=b {flag}"}
         assert jc.sharing_options(str(tmp_path), settings) == ("", None)
+
+
+def test_sharing_flags_in_spark_submit_opts_turn_it_off(tmp_path, monkeypatch):
+    """Two archives in one JVM's options would keep it from starting: SPARK_SUBMIT_OPTS is the user's say too."""
+    (tmp_path / "commits").mkdir()
+    assert jc.sharing_options(str(tmp_path), SETTINGS)[0].startswith("-XX:ArchiveClassesAtExit=")
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:+UseSerialGC -XX:SharedArchiveFile=/x.jsa -Xshare:auto")
+    assert jc.sharing_options(str(tmp_path), SETTINGS) == ("", None)
