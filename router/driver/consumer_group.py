@@ -40,8 +40,10 @@ COMMIT_TIMEOUT = 10.0
 class GroupCommitter:
     """Accumulates the job's settled offsets and commits them to `job.group_id` (one commit in flight)."""
 
-    def __init__(self, config: RouterConfig, on_outcome: Callable[[bool], None] | None = None) -> None:
+    def __init__(self, config: RouterConfig, on_outcome: Callable[[bool], None] | None = None,
+                 timeout: float = COMMIT_TIMEOUT) -> None:
         self.config = config
+        self.timeout = timeout  # seconds the brokers may take to answer one commit
         self.group = config.job.group_id
         self.on_outcome = on_outcome
         self.offsets: dict[str, int] = {}  # "topic/partition" -> next offset, what the next commit sends
@@ -104,9 +106,9 @@ class GroupCommitter:
                 self._admin = AdminClient(admin_config(source_options(self.config)))
             partitions = [TopicPartition(*split_key(key), offset) for key, offset in sorted(offsets.items())]
             futures = self._admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self.group, partitions)], request_timeout=COMMIT_TIMEOUT)
+                [ConsumerGroupTopicPartitions(self.group, partitions)], request_timeout=self.timeout)
             for future in futures.values():
-                result = future.result(COMMIT_TIMEOUT)
+                result = future.result(self.timeout)
                 errors = [tp for tp in result.topic_partitions if tp.error is not None]
                 if errors:
                     raise RuntimeError(f"{errors[0].topic}/{errors[0].partition}: {errors[0].error}")

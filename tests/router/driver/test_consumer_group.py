@@ -69,7 +69,7 @@ def test_a_broker_that_does_not_answer_is_counted_not_raised(tmp_path, unique_na
     config = config.__class__(**{**config.__dict__, "dlq": config.dlq.__class__(table=None)})
     assert config.job.group_id == "ops-lag"
     outcomes = []
-    group = GroupCommitter(config, on_outcome=outcomes.append)
+    group = GroupCommitter(config, on_outcome=outcomes.append, timeout=2.0)
     group.advance({"t/0": [0, 9]})
     assert group.commit() is False
     assert group.failures == 1 and outcomes == [False]
