@@ -15,6 +15,10 @@ records all arrived after the last plan that read it to its end (or found
 nothing new), so that moment stands for its oldest one. A table is due one
 trigger before its bound reaches `seconds`: it commits at most a trigger early,
 never late. After a start the bound is unknown and whatever waits is read at once.
+That read puts every waiting table in step: each would commit in the same batch,
+once a cadence, from then on. So each table's first wait after it is shortened to
+a share of `seconds` set by a hash of its name (`first_share`): the tables commit
+spread over the cadence from then on, each still never late.
 
 A partition feeds the tables of every route that matches its topic; one that
 feeds a table committing every batch (or that no route takes) is read every
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -59,13 +64,14 @@ class Waiting:
     since: float | None = None  # None: unknown (a start): due at once
     seconds: float | None = None
     records_limit: int | None = None
+    share: float = 1.0  # of `seconds` this wait lasts: below 1 for a table's first wait after a start
 
     def due(self, now: float, trigger_seconds: float) -> bool:
         if self.records_limit is not None and self.records >= self.records_limit:
             return True
         if self.seconds is None:
             return False
-        return self.since is None or now - self.since + trigger_seconds >= self.seconds
+        return self.since is None or now - self.since + trigger_seconds >= self.seconds * self.share
 
     def as_json(self, due: bool) -> dict:
         """For the waiting file the driver's metrics and `icerouter status` read (`due`: read now)."""
@@ -79,6 +85,7 @@ class Cadence:
     routes: tuple[CadenceRoute, ...]
     trigger_seconds: float
     read_at: dict[str, float] = field(default_factory=dict)  # "topic/partition" -> epoch seconds
+    spread: set[str] = field(default_factory=set)  # tables past their first, shortened wait since the start
     _units: dict[str, tuple[tuple[str, CadenceRoute], ...] | None] = field(default_factory=dict)
     _compiled: tuple = ()
 
@@ -117,7 +124,9 @@ class Cadence:
             if units is None:
                 continue
             for table, route in units:
-                entry = out.setdefault(table, (Waiting(), []))
+                entry = out.get(table)
+                if entry is None:
+                    entry = out[table] = (Waiting(share=1.0 if table in self.spread else first_share(table)), [])
                 waiting, keys = entry
                 waiting.records += unread
                 waiting.seconds = _tightest(waiting.seconds, route.seconds)
@@ -132,7 +141,12 @@ class Cadence:
 
     def held(self, waiting: Mapping[str, tuple[Waiting, list[str]]], now: float) -> set[str]:
         """The partitions none of whose tables is due: their end stays at their position."""
-        due = {key for w, keys in waiting.values() if w.due(now, self.trigger_seconds) for key in keys}
+        due: set[str] = set()
+        for table, (w, keys) in waiting.items():
+            if w.due(now, self.trigger_seconds):
+                due.update(keys)
+                if w.since is not None:  # read after a wait of its own: in its place in the cadence from now on
+                    self.spread.add(table)
         return {key for _, keys in waiting.values() for key in keys} - due
 
     def planned(self, end: Mapping[str, int], latest: Mapping[str, int], now: float) -> None:
@@ -141,6 +155,12 @@ class Cadence:
         for key, offset in end.items():
             if offset >= latest.get(key, offset):
                 self.read_at[key] = now
+
+
+def first_share(table: str) -> float:
+    """The share of its cadence a table's first wait after a start lasts, in (0, 1], from its name:
+    stable across restarts and spread evenly over the tables."""
+    return (zlib.crc32(table.encode()) % 1000 + 1) / 1000
 
 
 def read_waiting(path: str | None) -> dict[str, dict]:

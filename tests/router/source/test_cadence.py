@@ -9,7 +9,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from router.config import parse_config
 from router.routing.routes import commit_cadence
-from router.source.cadence import Cadence, read_waiting
+from router.source.cadence import Cadence, first_share, read_waiting
 from router.source.datasource import KafkaStreamReader
 from router.source.options import KafkaSourceOptions
 
@@ -22,6 +22,12 @@ def cadence(*routes, trigger=2.0) -> Cadence:
     made = Cadence.from_json({"routes": [list(r) for r in routes], "trigger_seconds": trigger})
     assert made is not None
     return made
+
+
+def steady(c: Cadence, *tables: str) -> Cadence:
+    """`c` with `tables` past their first, shortened wait after a start: whole cadences from here."""
+    c.spread.update(tables)
+    return c
 
 
 def test_no_cadence_when_every_route_commits_every_batch():
@@ -47,30 +53,66 @@ def test_a_table_waits_until_its_oldest_record_is_due_one_trigger_early_never_la
     waiting = c.waiting(positions, {"cold/0": 15})
     assert waiting["raw.cold"][0].records == 5 and waiting["raw.cold"][0].since is None
     assert c.held(waiting, T0) == set()
-    c.planned({"cold/0": 15}, {"cold/0": 15}, T0)  # read to its end at T0
-    waiting = c.waiting({"cold/0": 15}, {"cold/0": 19})  # four records arrived since
+    c.planned({"cold/0": 15}, {"cold/0": 15}, T0 - 100)  # read to its end at the start
+    # the first wait after a start is a share of the cadence (spreading tables read together at a start)
+    first = 60 * first_share("raw.cold")
+    waiting = c.waiting({"cold/0": 15}, {"cold/0": 15 + 2})
+    assert c.held(waiting, T0 - 100 + first - 2.1) == {"cold/0"}
+    assert c.held(waiting, T0 - 100 + first - 2 + 1e-6) == set()
+    c.planned({"cold/0": 17}, {"cold/0": 17}, T0)  # read to its end at T0: from now on the whole cadence
+    waiting = c.waiting({"cold/0": 17}, {"cold/0": 19})  # two records arrived since
     assert waiting["raw.cold"][0].since == T0
     assert c.held(waiting, T0 + 10) == {"cold/0"}
     assert c.held(waiting, T0 + 57.9) == {"cold/0"}
     assert c.held(waiting, T0 + 58) == set()  # 58 s + a 2 s trigger: due now, not a trigger late
     # held, its bound stays where it was: planning it again does not make its records younger
-    c.planned({"cold/0": 15}, {"cold/0": 19}, T0 + 30)
-    assert c.waiting({"cold/0": 15}, {"cold/0": 20})["raw.cold"][0].since == T0
+    c.planned({"cold/0": 17}, {"cold/0": 19}, T0 + 30)
+    assert c.waiting({"cold/0": 17}, {"cold/0": 20})["raw.cold"][0].since == T0
     # nothing new: nothing waits, and the bound moves on
     c.planned({"cold/0": 20}, {"cold/0": 20}, T0 + 70)
     assert c.waiting({"cold/0": 20}, {"cold/0": 20}) == {}
     assert c.waiting({"cold/0": 20}, {"cold/0": 21})["raw.cold"][0].since == T0 + 70
 
 
+def test_tables_read_together_at_a_start_commit_spread_over_their_cadence_and_never_late():
+    """After a start every waiting table is read in the same batch; left alone they would all commit in
+    one batch every cadence from then on. The first wait is shortened by a share from the table's name."""
+    tables = [f"t{i}" for i in range(40)]
+    c = cadence(["t.*", "raw.{topic}", 60, None], trigger=2.0)
+    positions = {f"{t}/0": 0 for t in tables}
+    reads: dict[str, list[float]] = {t: [] for t in tables}
+    arrived: dict[str, float] = {}  # the oldest unread record's arrival, per table
+    for step in range(120):  # 4 minutes of batches every 2 s, a record a batch on every topic
+        now = T0 + 2 * step
+        latest = {k: v + 1 for k, v in positions.items()}
+        for t in tables:
+            arrived.setdefault(t, now - 1)
+        waiting = c.waiting(positions, latest)
+        held = c.held(waiting, now)
+        for key in list(positions):
+            if key not in held:
+                table = key.partition("/")[0]
+                assert now - arrived.pop(table) <= 60, "a table committed later than its cadence"
+                reads[table].append(now)
+                positions[key] = latest[key]
+        c.planned(positions, latest, now)
+    assert all(reads[t][0] == T0 for t in tables)  # the start reads everything at once
+    second = sorted(reads[t][1] - T0 for t in tables)
+    assert len(set(second)) > 20 and second[0] < 15 and second[-1] > 45  # spread over the cadence
+    for t in tables:  # then each keeps its place: one read every cadence, a trigger early
+        gaps = {b - a for a, b in zip(reads[t][1:], reads[t][2:])}
+        assert gaps == {58.0} or gaps == {60.0}, (t, reads[t])
+
+
 def test_records_make_a_table_due_before_its_age_does():
-    c = cadence(["cold", "raw.cold", 600, 100])
+    c = steady(cadence(["cold", "raw.cold", 600, 100]), "raw.cold")
     c.planned({"cold/0": 0, "cold/1": 0}, {"cold/0": 0, "cold/1": 0}, T0)
     assert c.held(c.waiting({"cold/0": 0, "cold/1": 0}, {"cold/0": 60, "cold/1": 39}), T0 + 1) == {"cold/0", "cold/1"}
     assert c.held(c.waiting({"cold/0": 0, "cold/1": 0}, {"cold/0": 60, "cold/1": 40}), T0 + 1) == set()
 
 
 def test_fan_in_reads_every_partition_of_a_due_table_and_takes_the_tightest_route():
-    c = cadence(["a", "raw.both", 60, None], ["b", "raw.both", 20, None])
+    c = steady(cadence(["a", "raw.both", 60, None], ["b", "raw.both", 20, None]), "raw.both")
     c.planned({"a/0": 0, "b/0": 0}, {"a/0": 0, "b/0": 0}, T0)
     c.planned({"a/0": 0, "b/0": 5}, {"a/0": 3, "b/0": 5}, T0 + 10)  # b read up at T0 + 10, a held
     waiting = c.waiting({"a/0": 0, "b/0": 5}, {"a/0": 3, "b/0": 7})
@@ -81,7 +123,7 @@ def test_fan_in_reads_every_partition_of_a_due_table_and_takes_the_tightest_rout
 
 
 def test_a_partition_shared_with_a_due_table_is_read_and_rewinds_never_wait():
-    c = cadence(["t", "raw.slow", 600, None], ["t", "raw.fast", 5, None])
+    c = steady(cadence(["t", "raw.slow", 600, None], ["t", "raw.fast", 5, None]), "raw.slow", "raw.fast")
     c.planned({"t/0": 0, "t/1": 0}, {"t/0": 0, "t/1": 0}, T0)
     waiting = c.waiting({"t/0": 0, "t/1": 0}, {"t/0": 4, "t/1": 4})
     assert c.held(waiting, T0 + 1) == {"t/0", "t/1"}
