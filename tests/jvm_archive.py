@@ -45,6 +45,8 @@ def prepare() -> None:
 
 
 def ensure(options: str) -> Path | None:
+    """The archive for `options`, recorded first if there is none. The recorded dump is checked and
+    put in place by the job's own `settle`, which also removes the archives of other keys."""
     java = jvm_classes.java_binary()
     key = java and jvm_classes.archive_key({"spark.driver.extraJavaOptions": options}, java)
     if not key:
@@ -60,19 +62,21 @@ def ensure(options: str) -> Path | None:
                               timeout=RECORD_TIMEOUT_SECONDS, cwd=Path(__file__).parent.parent,
                               env={**os.environ, "SPARK_SUBMIT_OPTS":
                                    f"{options} -XX:ArchiveClassesAtExit={dump} {jvm_classes.QUIET}"})
-        classpath = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
-        if classpath and dump.exists() and jvm_classes.archive_fits(java, dump, classpath):
-            os.replace(dump, archive)
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"tests: no class archive for the session's JVMs: {exc}", file=sys.stderr)
+        return None
+    lines = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    if lines and dump.exists():
+        jvm_classes.record_classpath(dump, lines[-1])  # the recording JVM's classpath, which the check runs with
+        # the dump is finished (its JVM exited): settled as if its settling time had passed
+        if jvm_classes.settle(FOLDER, key, java, now=time.time() + jvm_classes.DUMP_SETTLE_SECONDS) is not None:
             print(f"tests: Spark's classes recorded for the session's JVMs in {time.monotonic() - started:.0f} s "
                   f"({archive})", file=sys.stderr)
             return archive
-        print(f"tests: no class archive for the session's JVMs (exit {done.returncode}): "
-              f"{(done.stderr or '').strip().splitlines()[-1:]}", file=sys.stderr)
-    except (OSError, subprocess.SubprocessError) as exc:
-        print(f"tests: no class archive for the session's JVMs: {exc}", file=sys.stderr)
-    finally:
-        with contextlib.suppress(OSError):
-            dump.unlink()
+    print(f"tests: no class archive for the session's JVMs (exit {done.returncode}): "
+          f"{(done.stderr or '').strip().splitlines()[-1:]}", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        dump.unlink()
     return None
 
 
@@ -113,7 +117,8 @@ def record() -> None:
         yield from batches
 
     with tempfile.TemporaryDirectory(prefix="icerouter-archive-") as work:
-        config = parse_config({"kafka": {"bootstrap_servers": "127.0.0.1:9", "pattern": ".*"}, "registry": {"url": "http://127.0.0.1:9"},
+        config = parse_config({"kafka": {"bootstrap_servers": "127.0.0.1:9", "pattern": ".*"},
+                               "registry": {"url": "http://127.0.0.1:9"},
                                "job": {"name": "archive", "checkpoint": f"{work}/checkpoint",
                                        "spark": {"spark.master": "local[2]"}},
                                "routes": [{"name": "all", "topic": ".*", "table": "raw.{topic}"}]})
