@@ -11,14 +11,15 @@ import sys
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 import router.cli.demo_cdc as cdc
 from router.catalog import get_catalog, load_table
 from router.changes.envelope import missing_key_reason
 from router.config import load_config
+from router.devstack.catalog import sqlite_catalog_properties
 from tests.router.executor.test_partition import make_dispatcher, run_batch
 from tests.router.executor.test_upsert import kafka_batch
+from tests.router.source.kafka_helpers import create_topics
 
 
 def _produce(bootstrap: str, topic: str, docs: list) -> None:
@@ -36,10 +37,8 @@ def _plan(path, *args) -> subprocess.CompletedProcess:
 def test_plan_samples_a_json_topic_then_sees_the_evolution(tmp_path, kafka_bootstrap, registry_url, unique_name):
     ns = unique_name("ps")
     topic = f"{ns}.clicks"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(15)
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    create_topics(kafka_bootstrap, {}, [topic], 1)
+    props = sqlite_catalog_properties(str(tmp_path))
     config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]}, "registry": {"url": registry_url},
               "catalog": {"name": "ps", "properties": props}, "tables": {"allowed_namespaces": [ns]},
               "routes": [{"name": "clicks", "topic": topic, "table": f"{ns}.clicks", "format": "json"}],
@@ -87,7 +86,7 @@ def test_check_gates_a_routes_declared_json_schema(tmp_path, registry_url, uniqu
     ns = unique_name("cd")
     v1 = {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}, "amount": {"type": "number"}}}
     (tmp_path / "payments.json").write_text(json.dumps(v1))
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    props = sqlite_catalog_properties(str(tmp_path))
     route = {"name": "payments", "topic": "payments", "table": f"{ns}.payments",
              "format": {"type": "json", "schema_file": "payments.json"}}
     config = {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["payments"]}, "registry": {"url": registry_url},
@@ -138,8 +137,7 @@ def test_plan_sample_keys_an_unframed_upsert_route_as_the_job_does(case, tmp_pat
     plans the table the job then creates: the key columns required, the table's identifier fields."""
     ns = unique_name("pk")
     topic = f"{ns}.customers"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    create_topics(kafka_bootstrap, {}, [topic], 1)
     settings, encode = KEYED[case]
     script = cdc.ChangeScript(seed=3)
     events = list(script.snapshot(12)) + list(script.mixed(12))
@@ -152,7 +150,7 @@ def test_plan_sample_keys_an_unframed_upsert_route_as_the_job_does(case, tmp_pat
     for key, value in messages:
         producer.produce(topic, key=key, value=value)
     assert producer.flush(30) == 0
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    props = sqlite_catalog_properties(str(tmp_path))
     route = {"name": "mirror", "topic": topic, "table": f"{ns}.customers", **settings}
     config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
               "catalog": {"name": "pk", "properties": props}, "tables": {"allowed_namespaces": [ns]},
@@ -184,13 +182,12 @@ def test_plan_sample_of_an_upsert_route_whose_keys_name_no_column(tmp_path, kafk
     the plan says so instead of planning a table without a key."""
     ns = unique_name("pn")
     topic = f"{ns}.items"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    create_topics(kafka_bootstrap, {}, [topic], 1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(5):
         producer.produce(topic, key=b"not json", value=json.dumps({"id": i}).encode())
     assert producer.flush(30) == 0
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    props = sqlite_catalog_properties(str(tmp_path))
     config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
               "catalog": {"name": "pn", "properties": props}, "tables": {"allowed_namespaces": [ns]},
               "routes": [{"name": "items", "topic": topic, "table": f"{ns}.items", "format": "json", "mode": "upsert"}]}
@@ -209,10 +206,8 @@ def test_plan_samples_a_variant_route_and_its_drift_changes_nothing(tmp_path, ka
     variant column whatever its shape, and after the job wrote the table a new shape plans no change."""
     ns = unique_name("pv")
     topic = f"{ns}.events"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(15)
-    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    create_topics(kafka_bootstrap, {}, [topic], 1)
+    props = sqlite_catalog_properties(str(tmp_path))
     route = {"name": "events", "topic": topic, "table": f"{ns}.events", "format_version": 3,
              "format": {"type": "json", "variant": ["payload"]}}
     config = {"kafka": {"bootstrap_servers": kafka_bootstrap, "topics": [topic]},
