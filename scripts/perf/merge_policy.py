@@ -16,6 +16,11 @@ largest merge, the bytes rewritten per batch over the last 100 batches (what a
 commit pays once the table is large), the looks at the manifests, the batch of
 the last merge, and old/new ratios of each.
 
+Then an estate (`--tables`, 20): tables of one rate, created together, each with its name's lowered
+threshold, under two rules: `lowered_always` (the former: the lowered threshold for good) and
+`lowered_while_young` (merge_small.threshold: until the table's sequence number reaches `at`).
+Reported: merges in all, and the most merges in one batch (what a batch's commit pays at once).
+
     python -m scripts.perf.merge_policy --batches 900 --out benchmarks/merge_policy.json
 """
 
@@ -27,7 +32,7 @@ import random
 import sys
 
 from router.catalog.merge_small import (MAX_BYTES, MAX_FILES, SIZE_RATIO, SMALL_FILE_RATIO, choose, look_due,
-                                        min_merge)
+                                        merge_threshold, min_merge, threshold)
 
 TARGET = 128 * 1024 * 1024  # maintenance.target_file_size_bytes' default
 TAIL = 100  # batches at the end whose rewritten bytes are averaged
@@ -101,6 +106,27 @@ def simulate(policy, sizes, batches: int, at: int) -> dict:
             "manifest_looks": looks, "live_files_at_end": len(live), "last_merge_batch": last}
 
 
+ESTATE_RULES = {"lowered_always": lambda at, young_at, sequence: young_at, "lowered_while_young": threshold}
+
+
+def simulate_estate(rule: str, tables: int, batches: int, at: int, file_bytes: int = 30_000) -> dict:
+    """Tables appending a file a batch (sizes jittered +-50%, seeded), each merging by `rule`'s threshold."""
+    rng, per_batch, merges, max_live = random.Random(5), [0] * batches, 0, 0
+    for t in range(tables):
+        young_at, live, skip = merge_threshold(f"bench.t_{t:03d}", at), [], None
+        for batch in range(batches):
+            if len(live) >= ESTATE_RULES[rule](at, young_at, batch):  # one commit a batch: sequence = batch
+                picked, _, skip = new_policy(live, at, skip)
+                if picked:
+                    gone = {f[2] for f in picked}
+                    live = [f for f in live if f[2] not in gone] + [(sum(f[0] for f in picked), batch, f"m{batch}")]
+                    per_batch[batch] += 1
+                    merges += 1
+            live.append((int(file_bytes * rng.uniform(0.5, 1.5)), batch, f"b{batch}"))
+            max_live = max(max_live, len(live))
+    return {"merges": merges, "most_merges_in_a_batch": max(per_batch), "max_live_files": max_live}
+
+
 def ratio(a, b):
     return round(a / b, 2) if b else None
 
@@ -122,6 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--at", default="16,9", help="table thresholds, one run each (16 configured is 9..16 "
                     "after the per-table lowering)")
     ap.add_argument("--sizes", default="5000,100000,1000000", help="file bytes a batch, one run each")
+    ap.add_argument("--tables", type=int, default=20, help="tables of the estate run")
     ap.add_argument("--out", help="write the result here as JSON")
     args = ap.parse_args(argv)
     runs = []
@@ -137,8 +164,14 @@ def main(argv=None) -> int:
                       f"merges {r['merges']:>4}, largest {r['largest_merge_bytes'] / 1e6:6.1f} MB, "
                       f"rewritten/batch at the end {r['rewritten_bytes_per_batch_last_100'] / 1e6:6.2f} MB, "
                       f"looks {r['manifest_looks']:>4}, last merge at {r['last_merge_batch']}")
+    at = int(args.at.split(",")[0])
+    estate = {rule: simulate_estate(rule, args.tables, args.batches, at) for rule in ESTATE_RULES}
+    for rule, r in estate.items():
+        print(f"estate of {args.tables} tables at {at}, {rule:>20}: merges {r['merges']:>5}, "
+              f"most in one batch {r['most_merges_in_a_batch']}, most live files {r['max_live_files']}")
     result = {"benchmark": "merge_policy", "batches": args.batches, "max_bytes": MAX_BYTES, "max_files": MAX_FILES,
-              "size_ratio": SIZE_RATIO, "target_file_size_bytes": TARGET, "runs": runs}
+              "size_ratio": SIZE_RATIO, "target_file_size_bytes": TARGET, "runs": runs,
+              "estate": {"tables": args.tables, "at": at, **estate}}
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)

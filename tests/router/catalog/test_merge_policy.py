@@ -19,7 +19,7 @@ from router.catalog import create_table, load_table
 from router.catalog.commit import commit_table
 from router.catalog.datafiles import write_data_files
 from router.catalog.merge_small import (MAX_BYTES, SIZE_RATIO, SmallFileMerge, choose, look_due, merge_threshold,
-                                        min_merge)
+                                        min_merge, threshold)
 from router.config import MaintenanceConfig
 from router.descriptors import TableResult
 from tests.router.catalog.test_merge_small import (JOB, RULE, SCHEMA, catalog_config, check_rows,  # noqa: F401
@@ -209,13 +209,39 @@ def test_a_table_held_over_its_threshold_by_big_files_is_not_looked_at_each_comm
     check_rows(catalog_config, table_id, list(range(0, 120, 10)) + list(range(60, 80)))
 
 
-def test_merge_for_lowers_the_threshold_and_needs_a_quarter_of_it():
+def test_merge_for_lowers_the_threshold_of_a_young_table_and_needs_a_quarter_of_it():
     result = TableResult("n.t", data_files=[object()], rows=1, offsets={"t/0": [0, 0]})
     from router.catalog.merge_small import merge_for
     merge = merge_for(result, MaintenanceConfig(merge_small_files_at=16))
-    assert merge.at == merge_threshold("n.t", 16) and 8 < merge.at <= 16
-    assert merge.min_files == max(2, merge.at // 4)
+    assert merge.at == 16 and merge.young_at == merge_threshold("n.t", 16) and 8 < merge.young_at <= 16
+    assert merge.min_files == 4
     assert merge.small == MAX_BYTES // 2 and merge.budget == MAX_BYTES
+    lowered = {merge_threshold(f"n.t{i}", 16) for i in range(200)}
+    assert lowered == set(range(9, 17))  # tables created together reach their first merge apart
+
+
+def test_threshold_is_lowered_only_while_the_table_is_young():
+    assert [threshold(16, 10, seq) for seq in (0, 9, 15, 16, 900)] == [10, 10, 10, 16, 16]
+
+
+def test_a_young_table_merges_at_its_lowered_threshold_a_grown_one_at_the_configured(catalog_config, unique_name):
+    """One file a commit. At 5 files (sequence 5 < 8) the lowered threshold of 5 merges; from
+    sequence 8 on the table waits for 8 files, then merges again."""
+    table_id = f"{unique_name('n')}.t"
+    create_table(catalog_config, table_id, SCHEMA)
+    counts, merged_at = [], []
+    for batch in range(16):
+        merge = SmallFileMerge(8, RULE.target_file_size_bytes, young_at=5)
+        outcome = commit_table(catalog_config, result_for(catalog_config, table_id, "t/0", batch * 2, 2), JOB, batch,
+                               merge=merge)
+        assert outcome.status == "committed"
+        if outcome.merged:
+            merged_at.append((batch, counts[-1]))
+        counts.append(len(live_files(catalog_config, table_id)))
+    assert merged_at[0] == (5, 5)  # young: merged holding 5 files
+    assert all(files >= 8 and batch >= 8 for batch, files in merged_at[1:]) and len(merged_at) >= 2
+    assert max(counts[8:]) <= 9 and max(counts[:8]) <= 6
+    check_rows(catalog_config, table_id, list(range(32)))
 
 
 if __name__ == "__main__":
