@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -93,12 +92,6 @@ def commit_cadence(services: Services, workdir: Path) -> Outcome:
     def landed(table: str) -> bool:
         return _rows(services.catalog_props, table) >= expected(table)
 
-    def kill(job: JobProcess) -> int:
-        job.proc.send_signal(signal.SIGKILL)
-        job.proc.wait(30)
-        job.stop()
-        return job.proc.returncode
-
     wave()
     job = JobProcess(config, log)
     wait_for(lambda: landed(hot_table) and landed(cold_table), 180, job, "the first wave in both tables")
@@ -117,7 +110,7 @@ def commit_cadence(services: Services, workdir: Path) -> Outcome:
     tables = {t["table"]: t for t in json.loads(cli.stdout or "{}").get("tables", [])}
     outcome.facts["cli_waiting"] = (tables.get(cold_table) or {}).get("waiting")
     outcome.facts["held_seconds"] = time.time() - produced
-    outcome.runs.append(kill(job))
+    outcome.runs.append(job.kill())
 
     job = JobProcess(config, log)
     wait_for(lambda: landed(cold_table), 180, job, "the held wave in the cold table after the restart")
@@ -127,7 +120,7 @@ def commit_cadence(services: Services, workdir: Path) -> Outcome:
     wave((cold,))
     wait_for(lambda: landed(cold_table), COLD_SECONDS + 30, job, "the cold table's commit", interval=0.25)
     outcome.facts["cold_seconds"] = time.time() - produced
-    outcome.runs.append(kill(job))
+    outcome.runs.append(job.kill())
     tallies[STEPS[2]] = Tally.observe(STEPS[2], ledger, services.catalog_props)
 
     wave()

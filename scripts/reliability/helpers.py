@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,13 +75,28 @@ def run_job(config: Path, *args: str, env: dict | None = None, timeout: float = 
 
 
 class JobProcess:
-    """A continuous `icerouter run` in the background; output goes to a file (no pipe to fill)."""
+    """A continuous `icerouter run` in the background, in a process group of its own (the driver, its
+    Spark JVM, Spark's Python workers); output goes to a file (no pipe to fill)."""
 
     def __init__(self, config: Path, log: Path, *args: str, env: dict | None = None):
         self.log = log
         self._fh = open(log, "a")
         self.proc = subprocess.Popen(job_command(config, *args), env=job_env(env), stdout=self._fh,
-                                     stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                                     stderr=subprocess.STDOUT, text=True, cwd=REPO, start_new_session=True)
+
+    def kill(self, timeout: float = 60) -> int:
+        """SIGKILL the driver, then wait until the rest of the job is gone: its JVM outlives the driver
+        by a moment (it exits once its stdin closes), and may still write to the checkpoint then."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        deadline = time.monotonic() + timeout
+        while group_alive(self.proc.pid):
+            if time.monotonic() > deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                deadline += 10
+            time.sleep(0.2)
+        self.stop()
+        return self.proc.returncode
 
     def output(self) -> str:
         self._fh.flush()
@@ -96,6 +112,18 @@ class JobProcess:
                 self.proc.wait(10)
         self._fh.close()
         return self.proc.returncode
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, job: JobProcess | None = None,
