@@ -19,7 +19,7 @@ from pyiceberg.table.update import AssertTableUUID
 
 from router.catalog import get_catalog, snapshots_to_expire
 from router.catalog.format_v3 import UpgradeToV3
-from router.catalog.merge_small import merge_candidate_limit
+from router.catalog.merge_policy import merge_candidate_limit
 from router.catalog.sql import StagedTransaction
 from router.config import MaintenanceConfig, RouterConfig
 from router.decisions import decide_format, wanted_format_version

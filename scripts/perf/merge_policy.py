@@ -1,4 +1,4 @@
-"""The inline small-file merge's choice of files (router/catalog/merge_small.py), simulated.
+"""The inline small-file merge's choice of files (router/catalog/merge_policy.py), simulated.
 
 One table, one partition, one file appended per batch (of a fixed size, or
 drawn from a seeded mix); once the table holds `at` files the batch's commit
@@ -18,7 +18,7 @@ the last merge, and old/new ratios of each.
 
 Then an estate (`--tables`, 20): tables of one rate, created together, each with its name's lowered
 threshold, under two rules: `lowered_always` (the former: the lowered threshold for good) and
-`lowered_while_young` (merge_small.threshold: until the table's sequence number reaches `at`).
+`lowered_while_young` (merge_policy.threshold: until the table's sequence number reaches `at`).
 Reported: merges in all, and the most merges in one batch (what a batch's commit pays at once).
 
     python -m scripts.perf.merge_policy --batches 900 --out benchmarks/merge_policy.json
@@ -31,8 +31,8 @@ import json
 import random
 import sys
 
-from router.catalog.merge_small import (MAX_BYTES, MAX_FILES, SIZE_RATIO, SMALL_FILE_RATIO, choose, look_due,
-                                        merge_threshold, min_merge, threshold)
+from router.catalog.merge_policy import (MAX_BYTES, MAX_FILES, SIZE_RATIO, SMALL_FILE_RATIO, choose, look_due,
+                                         merge_threshold, min_merge, threshold)
 
 TARGET = 128 * 1024 * 1024  # maintenance.target_file_size_bytes' default
 TAIL = 100  # batches at the end whose rewritten bytes are averaged

@@ -1,4 +1,4 @@
-"""The inline merge's size-tiered choice (router/catalog/merge_small.py): `choose` on plain sizes,
+"""The inline merge's size-tiered choice (router/catalog/merge_policy.py): `choose` on plain sizes,
 the skip rule, and on SQLite and PostgreSQL catalogs: a big file stays while the small ones around
 it merge, files of half the merge budget or more are never taken, a file past SIZE_RATIO times the
 smaller ones is left out, and a table held over its threshold by big files is not looked at again
@@ -18,8 +18,8 @@ import pytest
 from router.catalog import create_table, load_table
 from router.catalog.commit import commit_table
 from router.catalog.datafiles import write_data_files
-from router.catalog.merge_small import (MAX_BYTES, SIZE_RATIO, SmallFileMerge, choose, look_due, merge_threshold,
-                                        min_merge, threshold)
+from router.catalog.merge_policy import MAX_BYTES, SIZE_RATIO, choose, look_due, merge_threshold, min_merge, threshold
+from router.catalog.merge_small import SmallFileMerge
 from router.config import MaintenanceConfig
 from router.descriptors import TableResult
 from tests.router.catalog.test_merge_small import (JOB, RULE, SCHEMA, catalog_config, check_rows,  # noqa: F401

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from router.catalog import create_table, get_catalog, load_table
-from router.catalog import merge_small
+from router.catalog import merge_policy
 from router.catalog.commit import commit_table
 from router.catalog.datafiles import write_data_files
 from router.config import MaintenanceConfig
@@ -29,7 +29,7 @@ BIG_ROWS = 1500  # ~50 KB of Parquet: above the merge line the test draws (32 Ki
 @pytest.fixture
 def merging(monkeypatch) -> MaintenanceConfig:
     """Inline merging at AT files with a 1 MiB target, its size line drawn at 32 KiB (64 KiB budget)."""
-    monkeypatch.setattr(merge_small, "MAX_BYTES", 64 * 1024)
+    monkeypatch.setattr(merge_policy, "MAX_BYTES", 64 * 1024)
     return MaintenanceConfig(merge_small_files_at=AT, target_file_size_bytes=MiB, expire_every_commits=1000)
 
 
@@ -47,7 +47,7 @@ def commit_rows(config, table_id: str, key: str, first: int, count: int, batch: 
 
 
 def test_compaction_plans_what_merging_leaves_and_survives_a_merge(catalog_config, unique_name, merging):
-    line = merge_small.merge_candidate_limit(merging.target_file_size_bytes)
+    line = merge_policy.merge_candidate_limit(merging.target_file_size_bytes)
     assert line == 32 * 1024
     table_id = f"{unique_name('n')}.t"
     create_table(catalog_config, table_id, SCHEMA)
