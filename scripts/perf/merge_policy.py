@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=900)
     ap.add_argument("--at", default="16,9", help="table thresholds, one run each (16 configured is 9..16 "
-                    "after the per-table lowering)")
+                    "while a table is young, merge_policy.threshold)")
     ap.add_argument("--sizes", default="5000,100000,1000000", help="file bytes a batch, one run each")
     ap.add_argument("--tables", type=int, default=20, help="tables of the estate run")
     ap.add_argument("--out", help="write the result here as JSON")
