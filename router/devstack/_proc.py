@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -67,11 +68,26 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    return fields is None or fields[0] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` exists and is not a zombie."""
+    for path in glob.glob("/proc/[0-9]*/stat"):
+        fields = _stat_fields(path)
+        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    """The fields of a /proc/<pid>/stat after the command name (state, ppid, pgrp, ...); None if unreadable."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
     except OSError:
-        return True
+        return None
 
 
 def stop_pid(pid: int, *, group: bool = True, timeout: float = 10.0, sig: int = signal.SIGTERM) -> bool:

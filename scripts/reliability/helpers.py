@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 import router.cli.demo_data as data
+from router.devstack._proc import group_alive
 from scripts import REPO
 
 Coord = tuple[str, int, int]
@@ -112,18 +113,6 @@ class JobProcess:
                 self.proc.wait(10)
         self._fh.close()
         return self.proc.returncode
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs (zombies do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, job: JobProcess | None = None,
