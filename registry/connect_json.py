@@ -34,7 +34,7 @@ from registry.arrow_lists import not_json
 from registry.artifacts import SchemaArtifacts
 from registry.connect_columns import finish, raw_type, unscaled as _unscaled
 from registry.exceptions import UnsupportedSchemaType
-from registry.ndjson import joined_lines
+from registry.ndjson import read_lines
 
 try:
     import orjson
@@ -175,14 +175,9 @@ class ConnectDecoder:
             return None
         if not len(payloads):
             return None
-        data, longest = joined_lines(payloads)  # line breaks in pretty-printed JSON are blanked
-        try:
-            table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(
-                block_size=max(4 << 20, 2 * longest + 2), use_threads=False),
-                parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(self.raw)),
-                                              unexpected_field_behavior="ignore"))
-            if table.num_rows != len(payloads):
-                return None
+        try:  # pretty-printed payloads keep their line breaks
+            table = read_lines(payloads, pj.ParseOptions(explicit_schema=pa.schema(list(self.raw)),
+                                                         unexpected_field_behavior="ignore"))
             array = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], fields=list(self.raw))
             converted = finish(array, self.schema, self.struct)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError, TypeError):

@@ -1,12 +1,15 @@
-"""A column of JSON values joined as newline-delimited JSON (registry/ndjson.py): the block pyarrow's
-JSON reader gets from the inferred JSON and Kafka Connect decoders."""
+"""A column of JSON values read as one block of lines (registry/ndjson.py): the block pyarrow's JSON
+reader gets from the inferred JSON and Kafka Connect decoders, and the check that each row is
+exactly its own value."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.json as pj
+import pytest
 
-from registry.ndjson import has_line_breaks, joined_lines
+from registry.json_infer import infer_json
+from registry.ndjson import ends_as_objects, joined_lines, read_lines
 
 
 def lines(values: pa.Array) -> tuple[bytes, int]:
@@ -21,28 +24,51 @@ def test_values_are_joined_in_order_with_the_longest_length():
     assert lines(pa.array([], pa.binary())) == (b"", 0)
 
 
-def test_line_breaks_between_tokens_are_blanked_so_each_value_stays_one_line():
-    pretty = pa.array([b'{\n  "a": 1,\r\n  "b": "x"\n}', b'{"a": 2}'], pa.binary())
-    assert has_line_breaks(pretty)
-    data, _ = joined_lines(pretty)
-    assert data.to_pybytes() == b'{   "a": 1,    "b": "x" }\n{"a": 2}'
-    table = pj.read_json(pa.BufferReader(data))
-    assert table.to_pylist() == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
-
-
 def test_a_slice_joins_its_own_values_only():
     values = pa.array([b'{"a": 0}', b'{"a": 1}', b'{"a": 2}', b'{"a": 3}'], pa.binary()).slice(1, 2)
     assert lines(values) == (b'{"a": 1}\n{"a": 2}', 8)
 
 
-def test_no_line_break_is_found_in_compact_json():
-    assert not has_line_breaks(pa.array([b'{"a": "x y"}', b"[1,2]"], pa.binary()))
-    assert not has_line_breaks(pa.array([b""], pa.binary()))
+def test_pretty_printed_values_read_as_one_row_each():
+    pretty = pa.array([b'{\n  "a": 1,\r\n  "b": "x"\n}\n', b'{"a": 2}'], pa.binary())
+    assert read_lines(pretty).to_pylist() == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
 
 
-def test_a_slice_is_scanned_for_line_breaks_alone():
-    """A topic's rows are a slice of the task's whole column: the others' bytes are not its own."""
-    column = pa.array([b'{\n"a": 1}', b'{"a": 2}', b'{"a": 3}', b'{"a":\r4}'], pa.binary())
-    assert [has_line_breaks(column.slice(i, 1)) for i in range(4)] == [True, False, False, True]
-    assert not has_line_breaks(column.slice(1, 2)) and not has_line_breaks(column.cast(pa.large_binary()).slice(1, 2))
-    assert has_line_breaks(column.slice(2, 2))
+def test_a_line_break_inside_a_string_is_refused_not_blanked():
+    with pytest.raises(pa.ArrowInvalid):
+        read_lines(pa.array([b'{"a": "x\ny"}'], pa.binary()))
+
+
+@pytest.mark.parametrize("values", [
+    [b'{"a":1', b'}{"a":3}'],               # two broken values that join into two good objects
+    [b'{"a":1', b'}', b'{"a":2}'],
+    [b'{"k":"}', b'{", "z":1}{}'],          # a string left open at a value's end
+    [b'{"a": 1}', b""],
+    [b'{"a": 1}{"a": 2}', b'{"a": 3}'],     # two objects in one value
+])
+def test_values_that_are_not_one_object_each_are_refused(values):
+    with pytest.raises(pa.ArrowInvalid):
+        read_lines(pa.array(values, pa.binary()))
+
+
+def test_broken_values_that_join_into_good_objects_fail_on_their_own():
+    """Before the check, the first case landed as two rows {a: 1} and {a: 3}."""
+    groups, bad = infer_json(pa.array([b'{"a":1', b'}{"a":3}', b'{"a": 5}'], pa.binary()))
+    assert [(batch.to_pylist(), positions.tolist()) for _, batch, positions in groups] == [([{"a": 5}], [2])]
+    assert [position for position, *_ in bad] == [0, 1]
+
+
+def test_ends_as_objects_looks_past_trailing_whitespace_and_at_a_slice_only():
+    column = pa.array([b'{"a": 0}', b'{"a": 1} \r\n', b'[1]', b'{"a": 3}\t'], pa.binary())
+    assert ends_as_objects(column.slice(0, 2)) and ends_as_objects(column.slice(3, 1))
+    assert not ends_as_objects(column) and not ends_as_objects(column.slice(2, 1))
+    assert ends_as_objects(column.cast(pa.large_binary()).slice(0, 2))
+    assert not ends_as_objects(pa.array([b"   "], pa.binary()))
+    assert ends_as_objects(pa.array([], pa.binary()))
+
+
+def test_an_explicit_schema_reads_its_fields_and_ignores_others_when_asked():
+    values = pa.array([b'{"a": 1, "b": "x"}', b'{"a": 2}'], pa.binary())
+    parse = pj.ParseOptions(explicit_schema=pa.schema([("a", pa.int32())]), unexpected_field_behavior="ignore")
+    table = read_lines(values, parse)
+    assert table.schema == pa.schema([("a", pa.int32())]) and table.column("a").to_pylist() == [1, 2]
