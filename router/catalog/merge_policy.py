@@ -60,7 +60,7 @@ def merge_budget(target_file_size_bytes: int) -> int:
 def merge_candidate_limit(target_file_size_bytes: int) -> int:
     """Files this size or larger are never merged inline: they are left to compaction, which writes
     target-size files (merging them rewrites much for little gain). Compaction plans by the same
-    line so that the two never pick the same file (router/maintenance/compaction.py)."""
+    line so that the two never pick the same file (router/maintenance/compaction_plan.py)."""
     return min(int(target_file_size_bytes * SMALL_FILE_RATIO), MAX_BYTES // 2)
 
 

@@ -6,9 +6,8 @@ keeps tables fast to read and cheap to commit to.
 """
 
 from router.exceptions import CompactionConflict, MaintenanceError, UnsupportedLocation
-from router.maintenance.compaction import (
-    CompactionGroup, CompactionResult, compact, live_data_files, plan_compaction, plan_groups,
-)
+from router.maintenance.compaction import CompactionResult, compact
+from router.maintenance.compaction_plan import CompactionGroup, live_data_files, plan_compaction, plan_groups
 from router.maintenance.files import (
     ExpiryResult, expire, metadata_file_count, reachable_files, referenced_files, remove_orphans,
 )

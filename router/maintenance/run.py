@@ -25,7 +25,8 @@ from router.config import MaintenanceConfig, RouterConfig
 from router.decisions import decide_format, wanted_format_version
 from router.routing.routes import TEMPLATE_PATTERN, RoutingTable
 from router.exceptions import CompactionConflict, UnsupportedLocation
-from router.maintenance.compaction import CompactionGroup, CompactionResult, _name, compact, plan_compaction
+from router.maintenance.compaction import CompactionResult, _name, compact
+from router.maintenance.compaction_plan import CompactionGroup, plan_compaction
 from router.maintenance.files import delete_unreferenced, expire, metadata_file_count, remove_orphans
 
 log = logging.getLogger("icerouter.maintenance")

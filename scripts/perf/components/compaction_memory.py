@@ -44,7 +44,7 @@ from pyiceberg.table import FileScanTask
 from router.catalog import load_table
 from router.catalog.rolling import RollingWriter
 from router.config import CatalogConfig
-from router.maintenance import compaction
+from router.maintenance import compaction, compaction_plan
 
 def rss():
     with open("/proc/self/statm") as fh:
@@ -86,7 +86,7 @@ def windows_write_group(table, group, target_file_size_bytes, buffer_bytes):
 uri, warehouse, table_id, mode = sys.argv[1:5]
 config = CatalogConfig("bench", {"type": "sql", "uri": uri, "warehouse": warehouse})
 table = load_table(config, table_id)
-groups = compaction.plan_compaction(table, 1 << 30)
+groups = compaction_plan.plan_compaction(table, 1 << 30)
 assert len(groups) == 1, groups
 if mode == "windows":
     compaction._write_group = windows_write_group

@@ -22,7 +22,8 @@ from router.catalog.datafiles import write_data_files
 from router.catalog.sorting import sort_rows
 from router.config import CatalogConfig, MaintenanceConfig
 from router.descriptors import TableResult
-from router.maintenance.compaction import compact, plan_compaction
+from router.maintenance.compaction import compact
+from router.maintenance.compaction_plan import plan_compaction
 from tests.duckdb_reader import read_iceberg
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False),

@@ -1,4 +1,4 @@
-"""Compaction beside inline merging (router/maintenance/compaction.plan_compaction's
+"""Compaction beside inline merging (router/maintenance/compaction_plan.plan_compaction's
 `merged_inline_below`): on a table whose commits merge small files, compaction plans the files
 merging never takes, so a merge landing meanwhile does not abort it. SQLite and PostgreSQL catalogs;
 rows read back by DuckDB and pyiceberg.

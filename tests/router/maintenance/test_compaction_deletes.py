@@ -14,7 +14,7 @@ from pyiceberg.typedef import Record
 from router.catalog.snapshot_files import deleted_counts, live_delete_files, snapshot_files
 from router.exceptions import CompactionConflict
 from router.maintenance import compact, plan_compaction, plan_groups
-from router.maintenance.compaction import DELETE_RATIO
+from router.maintenance.compaction_plan import DELETE_RATIO
 from tests.router.catalog.rowlevel import (
     append, assert_readers_agree, check_manifests, make_table, pyiceberg_rows, rows_for, upsert,
 )
