@@ -62,6 +62,12 @@ def formats_runs(d: dict) -> str:
     return f"medians of {rounds} interleaved drains of {d['records_per_format'] / 1e6:g}M records{group_note(d)}"
 
 
+def round_range(d: dict) -> str:
+    """The lowest and highest ratio of single rounds, per format against Avro."""
+    spans = {f: r for f, r in d["ratio_per_round"].items() if f != "avro"}
+    return ", ".join(f"{f} {x(min(r))}-{x(max(r))}" for f, r in spans.items())
+
+
 def breakdown(d: dict, before: dict | None = None) -> str:
     """Microseconds a record: fetch (the broker's CPU), copy into Arrow, decode; the raw consume's wall."""
     r = d["per_record"]
@@ -203,7 +209,7 @@ JOB = (
         ">= x0.8", lambda d: d["ratio_to_avro"]["json"] >= 0.8),
     Row("the same records read raw (key and value bytes)",
         "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} "
-                                  f"records/s); before the JSON decoders' change: json "
+                                  f"records/s); rounds vary: {round_range(d)}; the run before: json "
                                   f"{x(load('formats_before.json')['ratio_to_avro']['json'])}, raw "
                                   f"{x(load('formats_before.json')['ratio_to_avro']['raw'])}",
         ">= x1.5", lambda d: d["ratio_to_avro"]["raw"] >= 1.5),
