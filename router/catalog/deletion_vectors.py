@@ -75,6 +75,11 @@ def write_deletion_vectors(table, positions: dict[str, np.ndarray], files: Snaps
     try:
         with table.io.new_output(location).create(overwrite=True) as stream:
             stream.write(content)
+    except OSError as exc:
+        delete_quietly(table.io, [location])
+        if _refused(exc):
+            raise RowLevelError(REFUSED, table=_name(table), path=location) from exc
+        raise
     except BaseException:
         delete_quietly(table.io, [location])
         raise
@@ -92,6 +97,17 @@ def write_deletion_vectors(table, positions: dict[str, np.ndarray], files: Snaps
         remember_positions(delete_key(vector), {path: merged[path]})
         out.added.append(vector)
     return out
+
+
+#: Why an upsert into a v3 table fails where the object store refuses its Puffin files.
+REFUSED = ("the object store refused the deletion vectors' Puffin file: a v3 table's upserts need a store that "
+           "takes Puffin files beside the data files (SeaweedFS's table buckets take only Parquet, ORC and Avro)")
+
+
+def _refused(exc: OSError) -> bool:
+    """An access refusal (a store's rule or policy), which no retry changes, as pyarrow's S3 FileIO words it."""
+    text = str(exc)
+    return "ACCESS_DENIED" in text or "AccessDenied" in text or "Access Denied" in text
 
 
 def _name(table) -> str:

@@ -1,6 +1,7 @@
 """Format v3 tables on icerouter's SQLite and PostgreSQL catalogs: row ids assigned by every commit,
 deletion vectors (one live vector per data file, merged, never position-delete files), the upgrade of
-a v2 table, the manifests' v3 fields as written on disk (read with fastavro, apart from pyiceberg)."""
+a v2 table, the manifests' v3 fields as written on disk (read with fastavro, apart from pyiceberg).
+On a REST catalog (SeaweedFS's, tables in S3): row ids, and an upsert its store refuses."""
 
 from __future__ import annotations
 
@@ -28,19 +29,33 @@ from router.descriptors import TableResult, UpsertWork
 from router.devstack.catalog import postgres_catalog_properties, sqlite_catalog_properties
 from router.exceptions import RowLevelError
 from router.maintenance.run import upgrade_format
-from tests.duckdb_reader import read_iceberg
+from router.cli.summary import metadata_path
+from tests.duckdb_reader import connect, read_iceberg
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "body", StringType(), required=False),
                 identifier_field_ids=[1])
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def config(request, tmp_path, unique_name) -> CatalogConfig:
+def _config(request, tmp_path, unique_name) -> CatalogConfig:
+    if request.param == "rest":
+        return CatalogConfig(unique_name("v3"), request.getfixturevalue("object_store").rest_catalog_properties())
     if request.param == "sqlite":
         props = sqlite_catalog_properties(str(tmp_path))
     else:
         props = postgres_catalog_properties(request.getfixturevalue("postgres_uri"), str(tmp_path))
     return CatalogConfig(unique_name("v3"), props)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def config(request, tmp_path, unique_name) -> CatalogConfig:
+    """icerouter's SQL catalogs, which write v3 metadata themselves (router/catalog/format_v3.py)."""
+    return _config(request, tmp_path, unique_name)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "rest"])
+def any_config(request, tmp_path, unique_name) -> CatalogConfig:
+    """The SQL catalogs and a REST catalog (SeaweedFS's, tables in S3), which writes v3 metadata on its side."""
+    return _config(request, tmp_path, unique_name)
 
 
 def rows(ids, tag: str) -> pa.Table:
@@ -67,10 +82,17 @@ def upsert(table, data: pa.Table, deleted=()) -> list:
     return deletes
 
 
-def avro(path: str) -> tuple[dict, list[dict]]:
-    with open(path.removeprefix("file://"), "rb") as f:
-        reader = fastavro.reader(f)
+def avro(io, path: str) -> tuple[dict, list[dict]]:
+    """A manifest or manifest list as written, read with fastavro through the table's FileIO (local or S3)."""
+    with io.new_input(path).open() as f:
+        reader = fastavro.reader(io_bytes(f.read()))
         return dict(reader.metadata), list(reader)
+
+
+def io_bytes(data: bytes):
+    import io
+
+    return io.BytesIO(data)
 
 
 def live(table) -> dict[int, str]:
@@ -79,7 +101,8 @@ def live(table) -> dict[int, str]:
     return got
 
 
-def test_every_commit_assigns_row_ids(config, unique_name):
+def test_every_commit_assigns_row_ids(any_config, unique_name):
+    config = any_config
     table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "3"})
     assert table.metadata.format_version == 3 and table.metadata.next_row_id == 0
     for batch in range(3):
@@ -88,11 +111,11 @@ def test_every_commit_assigns_row_ids(config, unique_name):
     snapshots = table.metadata.snapshots
     assert [(s.first_row_id, s.added_rows) for s in snapshots] == [(0, 10), (10, 11), (21, 12)]
     assert table.metadata.next_row_id == 33
-    with open(table.metadata_location.removeprefix("file://")) as f:
-        written = json.load(f)
+    with table.io.new_input(table.metadata_location).open() as f:
+        written = json.loads(f.read())
     assert written["format-version"] == 3 and written["next-row-id"] == 33
     assert [(s["first-row-id"], s["added-rows"]) for s in written["snapshots"]] == [(0, 10), (10, 11), (21, 12)]
-    meta, manifests = avro(snapshots[-1].manifest_list)
+    meta, manifests = avro(table.io, snapshots[-1].manifest_list)
     assert meta["format-version"] == "3" and meta["first-row-id"] == "21"
     # the new manifest got the snapshot's first row id; the earlier ones keep theirs
     assert sorted(m["first_row_id"] for m in manifests) == [0, 10, 21]
@@ -100,9 +123,18 @@ def test_every_commit_assigns_row_ids(config, unique_name):
     files = snapshot_files(table)
     assert sorted(first_row_id(f) for f in files.data.values()) == [0, 10, 21]
     for m in manifests:
-        meta, entries = avro(m["manifest_path"])
+        meta, entries = avro(table.io, m["manifest_path"])
         assert meta["format-version"] == "3"
         assert all(e["data_file"]["first_row_id"] is None for e in entries)
+    # DuckDB reads each row's id as its file's first row id plus its position
+    con = connect(table.io.properties)
+    try:
+        got = con.execute(f"SELECT id, _row_id FROM iceberg_scan('{metadata_path(table)}') "
+                          f"ORDER BY id, _row_id").fetchall()
+    finally:
+        con.close()
+    batches = [list(range(0, 10)), list(range(10, 21)), list(range(20, 32))]  # key 20 is in two batches
+    assert got == sorted((key, first + i) for first, ids in zip((0, 10, 21), batches) for i, key in enumerate(ids))
 
 
 def test_an_upsert_writes_one_deletion_vector_per_file_merged_with_the_last(config, unique_name):
@@ -128,11 +160,11 @@ def test_an_upsert_writes_one_deletion_vector_per_file_merged_with_the_last(conf
     assert set(counts.values()) == {1}, "a data file has more than one live deletion vector"
     # the v3 fields of the entries as written (fastavro, not pyiceberg)
     entries = [e for m in table.current_snapshot().manifests(table.io) if m.content == 1
-               for e in avro(m.manifest_path)[1] if e["status"] != 2]
+               for e in avro(table.io, m.manifest_path)[1] if e["status"] != 2]
     for e in entries:
         df = e["data_file"]
         assert df["file_format"] == "PUFFIN" and df["content"] == 1 and df["referenced_data_file"]
-        with open(df["file_path"].removeprefix("file://"), "rb") as f:
+        with table.io.new_input(df["file_path"]).open() as f:
             f.seek(df["content_offset"])
             blob = f.read(df["content_size_in_bytes"])
         assert blob[4:8] == bytes.fromhex("D1D33964") and df["first_row_id"] is None
@@ -213,12 +245,10 @@ def test_pyiceberg_has_no_row_lineage_columns_where_duckdb_reads_them(config, un
     append(table, rows(range(5, 8), "b"))
     upsert(table, rows([1], "c"))
     table = load_table(config, ".".join(table.name()), refresh=True)
-    from tests.duckdb_reader import connect
-
-    con = connect()
+    con = connect(table.io.properties)
     try:
         got = con.execute(f"SELECT id, _row_id, _last_updated_sequence_number FROM "
-                          f"iceberg_scan('{table.metadata_location.removeprefix('file://')}') ORDER BY id").fetchall()
+                          f"iceberg_scan('{metadata_path(table)}') ORDER BY id").fetchall()
     finally:
         con.close()
     # the first batch's rows are ids 0-4 of sequence 1, the second's 5-7 of sequence 2; key 1's new image is a
@@ -264,3 +294,24 @@ def test_duckdb_reads_each_vector_of_a_puffin_file_holding_several(tmp_path, uni
         got = read_iceberg(table)
         assert got.num_rows == len(expected), f"batch {batch}: DuckDB read {got.num_rows} rows, {len(expected)} live"
         assert dict(zip(got.column("id").to_pylist(), got.column("body").to_pylist())) == expected == live(table)
+
+
+def test_a_v3_upsert_into_a_store_that_refuses_puffin_files_fails_and_changes_nothing(object_store, unique_name):
+    """SeaweedFS's table buckets take only Parquet, ORC and Avro files under a table's data directory, so
+    they refuse a deletion vector's Puffin file: the job's commit of the upsert fails with that reason
+    (terminal: no retry makes the store take it), its data files are not committed, and readers see the
+    rows the table had."""
+    config = CatalogConfig(unique_name("v3"), object_store.rest_catalog_properties())
+    name = f"{unique_name('ns')}.t"
+    append(create_table(config, name, SCHEMA, properties={"format-version": "3"}), rows(range(10), "v0"))
+    before = load_table(config, name, refresh=True).current_snapshot().snapshot_id
+    images = rows([1, 2], "v1")
+    result = TableResult(name, write_data_files(load_table(config, name), images), images.num_rows,
+                         offsets={"t/0": [0, 1]}, upsert=UpsertWork(("id",), images.select(["id"])))
+    outcome = commit_table(config, result, "job", 0, retries=0)
+    assert outcome.status == "failed" and not outcome.transient
+    assert "RowLevelError: the object store refused the deletion vectors' Puffin file" in outcome.error
+    assert f"table={name}" in outcome.error and ".puffin" in outcome.error
+    table = load_table(config, name, refresh=True)
+    assert table.current_snapshot().snapshot_id == before
+    assert sorted(read_iceberg(table).column("body").to_pylist()) == sorted(f"v0:{i}" for i in range(10))
