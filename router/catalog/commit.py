@@ -49,7 +49,7 @@ from router.catalog.snapshot_files import snapshot_files, split_by_path
 from router.catalog.sql import StagedTransaction
 from router.catalog.tables import backoff, delete_quietly, load_table, manifest_merge_properties
 from router.config import CatalogConfig, MaintenanceConfig
-from router.exceptions import is_transient
+from router.exceptions import RowLevelError, is_transient
 from router.faults import crash_point
 from router.ledger import Ledger, property_document, table_ledger
 from router.progress import next_offsets, property_name, widen
@@ -187,6 +187,11 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
             break
         except NoSuchTableError as exc:
             last_error = exc
+            break
+        except RowLevelError as exc:  # a change this table cannot take: no retry makes it take it
+            last_error = exc
+            if deletes:
+                delete_quietly(table.io, [f.file_path for f in deletes])
             break
         except (CommitFailedException, ValidationException) as exc:  # lost the swap: locate the keys again
             last_error = exc

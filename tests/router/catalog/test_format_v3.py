@@ -308,8 +308,8 @@ def test_a_v3_upsert_into_a_store_that_refuses_puffin_files_fails_and_changes_no
     images = rows([1, 2], "v1")
     result = TableResult(name, write_data_files(load_table(config, name), images), images.num_rows,
                          offsets={"t/0": [0, 1]}, upsert=UpsertWork(("id",), images.select(["id"])))
-    outcome = commit_table(config, result, "job", 0, retries=0)
-    assert outcome.status == "failed" and not outcome.transient
+    outcome = commit_table(config, result, "job", 0)
+    assert outcome.status == "failed" and not outcome.transient and outcome.attempts == 1
     assert "RowLevelError: the object store refused the deletion vectors' Puffin file" in outcome.error
     assert f"table={name}" in outcome.error and ".puffin" in outcome.error
     table = load_table(config, name, refresh=True)
