@@ -222,8 +222,9 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
 
 
 class RowDeletes(list):
-    """A commit's new delete files (position-delete files on v2, deletion vectors on v3), the deletion
-    vectors they replace (`replaced`, merged into the new ones) and the rows they delete (`rows`)."""
+    """A commit's new delete files (position-delete files on v2, deletion vectors on v3), the delete files
+    they replace (`replaced`: earlier vectors and an upgraded table's position-delete files, merged into
+    the new ones) and the rows they delete (`rows`)."""
 
     def __init__(self, files=(), replaced=(), rows: int = 0) -> None:
         super().__init__(files)

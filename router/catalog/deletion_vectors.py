@@ -7,7 +7,8 @@ equality deletes. Each commit writes one Puffin file holding a
 every deleted position of that file, so the file's previous vector (and any
 position-delete file of an upgraded table) is merged into it, and the previous
 vector's entry leaves the table in the same commit: a data file has at most one
-live vector (the spec's scan rule applies only that one).
+live vector (the spec's scan rule applies only that one). An upgraded table's
+position-delete file leaves too once every live data file it names has a vector.
 
 The blob and the Puffin file are router/catalog/puffin.py's. The manifest entry: content position deletes, format PUFFIN, the
 record count is the vector's cardinality, ``referenced_data_file`` the data file,
@@ -28,7 +29,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
 from router.catalog.format_v3 import delete_key, is_deletion_vector
 from router.catalog.snapshot_files import (
-    FILE_PATH_ID, SnapshotFiles, deleted_positions, remember_positions, snapshot_files,
+    FILE_PATH_ID, SnapshotFiles, deleted_positions, read_position_deletes, remember_positions, snapshot_files,
 )
 from router.catalog.puffin import puffin_file, serialize_vector
 from router.catalog.tables import delete_quietly
@@ -70,6 +71,7 @@ def write_deletion_vectors(table, positions: dict[str, np.ndarray], files: Snaps
         targets.append(data_file)
         blobs.append((path, serialize_vector(union), len(union)))
         out.replaced += [d for d in files.delete_files_for(path) if is_deletion_vector(d)]
+    out.replaced += _position_files_merged(table, files, set(wanted))
     content, places = puffin_file(blobs)
     location = table.location_provider().new_data_location(f"00000-0-{uuid.uuid4()}-deletes.puffin")
     try:
@@ -97,6 +99,28 @@ def write_deletion_vectors(table, positions: dict[str, np.ndarray], files: Snaps
         remember_positions(delete_key(vector), {path: merged[path]})
         out.added.append(vector)
     return out
+
+
+def _position_files_merged(table, files: SnapshotFiles, targets: set[str]) -> list[DataFile]:
+    """An upgraded table's position-delete files whose every live data file has a vector once this commit
+    lands (a new one here, or one already live): each vector merged their positions, and readers ignore
+    such a file where a vector applies, so it leaves the table as Java's writers drop file-scoped ones;
+    the snapshot summary then counts each deleted row once. A file that names another live data file
+    without a vector stays until that file gets one (or compaction rewrites it)."""
+    seen, out = set(), []
+    for path in sorted(targets):
+        for d in files.delete_files_for(path):
+            if is_deletion_vector(d) or delete_key(d) in seen:
+                continue
+            seen.add(delete_key(d))
+            named = read_position_deletes(table.io, d)
+            if all(p in targets or p not in files.data or _has_vector(files, p) for p in named):
+                out.append(d)
+    return out
+
+
+def _has_vector(files: SnapshotFiles, path: str) -> bool:
+    return any(is_deletion_vector(d) for d in files.delete_files_for(path))
 
 
 #: Why an upsert into a v3 table fails where the object store refuses its Puffin files.

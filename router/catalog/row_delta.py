@@ -316,7 +316,7 @@ def row_delta(transaction, data_files: Iterable[DataFile] = (), delete_files: It
               snapshot_properties: dict[str, str] | None = None, branch: str | None = MAIN_BRANCH,
               removed_delete_files: Iterable[DataFile] = ()) -> RowDelta | None:
     """Stage one row delta in `transaction` (committed with it); None when there is nothing to commit.
-    `removed_delete_files`: the deletion vectors the new ones replace (merged into them)."""
+    `removed_delete_files`: the delete files the new vectors replace (merged into them)."""
     data_files, delete_files = list(data_files), list(delete_files)
     if not data_files and not delete_files:
         return None

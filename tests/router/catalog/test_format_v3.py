@@ -30,7 +30,7 @@ from router.devstack.catalog import postgres_catalog_properties, sqlite_catalog_
 from router.exceptions import RowLevelError
 from router.maintenance.run import upgrade_format
 from router.cli.summary import metadata_path
-from tests.duckdb_reader import connect, read_iceberg
+from tests.duckdb_reader import connect, read_iceberg, read_iceberg_rows
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "body", StringType(), required=False),
                 identifier_field_ids=[1])
@@ -221,6 +221,44 @@ def test_a_v2_table_upgraded_keeps_its_position_deletes_and_then_writes_vectors(
     ids = sorted((first_row_id(f), f.record_count) for f in files.data.values())
     assert all(a + n <= b for (a, n), (b, _) in zip(ids, ids[1:])), "row id ranges overlap"
     assert live(table) == {**before, 1: "v2:1", 7: "v2:7"}
+    # the vectors merged the old position-delete file's rows, which named only the old file: it left the
+    # table with that commit, so the summary counts each deleted row once
+    assert {d.file_format for d, _ in files.deletes} == {FileFormat.PUFFIN}
+    assert snapshot.summary["total-position-deletes"] == str(sum(d.record_count for d, _ in files.deletes)) == "5"
+
+
+def test_an_upgraded_tables_position_delete_file_leaves_once_every_file_it_names_has_a_vector(config, unique_name):
+    """A v2 upsert's position-delete file names two data files; after the upgrade, the first vector
+    covers one of them and the file stays (the other's rows are deleted by it alone), the second
+    covers the other and the file leaves in that commit."""
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "2"})
+    append(table, rows(range(0, 40), "v0"))
+    append(table, rows(range(40, 80), "v0"))
+    (v2_file,) = upsert(table, rows([1, 41], "v1"))
+    upgrade_format(table, 3)
+    table = load_table(config, ".".join(table.name()), refresh=True)
+
+    def deletes_and_total():
+        table.refresh()
+        files = snapshot_files(table)
+        return ({d.file_path for d, _ in files.deletes},
+                int(table.current_snapshot().summary["total-position-deletes"]), files)
+
+    upsert(table, rows([2], "v2"))
+    paths, total, files = deletes_and_total()
+    assert v2_file.file_path in paths  # it still deletes key 41's old row, which no vector covers
+    assert total == sum(d.record_count for d, _ in files.deletes) == 2 + 2  # the v2 file's 2 and the vector's 2
+    expected = {i: "v0:" + str(i) for i in range(80)} | {1: "v1:1", 41: "v1:41", 2: "v2:2"}
+    assert live(table) == expected and sorted(read_iceberg(table).column("id").to_pylist()) == sorted(expected)
+
+    upsert(table, rows([42], "v3"))
+    paths, total, files = deletes_and_total()
+    assert v2_file.file_path not in paths and {d.file_format for d, _ in files.deletes} == {FileFormat.PUFFIN}
+    assert total == sum(d.record_count for d, _ in files.deletes) == 4  # keys 1, 2, 41, 42's old rows, once each
+    expected[42] = "v3:42"
+    assert live(table) == expected
+    assert sorted(read_iceberg_rows(table, "id"), key=lambda r: r["id"]) == [
+        {"id": k, "body": v} for k, v in sorted(expected.items())]
 
 
 def test_the_catalogs_reject_a_v3_table_without_our_writers():
