@@ -26,11 +26,12 @@ def _metadata_location(table) -> str:
     return metadata_path(table)
 
 
-def read_iceberg(table, order_by: str | None = None) -> pa.Table:
-    """Read a pyiceberg ``Table``'s current snapshot with DuckDB's iceberg_scan."""
+def read_iceberg(table, order_by: str | None = None, columns: str = "*") -> pa.Table:
+    """Read a pyiceberg ``Table``'s current snapshot with DuckDB's iceberg_scan (``columns`` may name
+    the row lineage columns of a v3 table, which ``*`` leaves out)."""
     con = connect(table.io.properties)
     try:
-        sql = f"SELECT * FROM iceberg_scan('{_metadata_location(table)}')"
+        sql = f"SELECT {columns} FROM iceberg_scan('{_metadata_location(table)}')"
         if order_by:
             sql += f" ORDER BY {order_by}"
         return con.execute(sql).to_arrow_table()

@@ -15,7 +15,7 @@ from pyiceberg.manifest import DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from router.catalog import create_table, get_catalog, load_table
+from router.catalog import create_table, load_table
 from router.catalog.commit import commit_table, replaced_rows
 from router.catalog.datafiles import write_data_files
 from router.catalog.deletes import write_position_deletes
@@ -29,8 +29,7 @@ from router.descriptors import TableResult, UpsertWork
 from router.devstack.catalog import postgres_catalog_properties, sqlite_catalog_properties
 from router.exceptions import RowLevelError
 from router.maintenance.run import upgrade_format
-from router.cli.summary import metadata_path
-from tests.duckdb_reader import connect, read_iceberg, read_iceberg_rows
+from tests.duckdb_reader import read_iceberg, read_iceberg_rows
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "body", StringType(), required=False),
                 identifier_field_ids=[1])
@@ -95,6 +94,12 @@ def io_bytes(data: bytes):
     return io.BytesIO(data)
 
 
+def duckdb_lineage(table, columns: str) -> list[tuple]:
+    """`columns` of every row as DuckDB reads the table (row lineage columns included), by id and row id."""
+    got = read_iceberg(table, order_by="id, _row_id", columns=columns)
+    return list(zip(*(got.column(i).to_pylist() for i in range(got.num_columns))))
+
+
 def live(table) -> dict[int, str]:
     got = {r["id"]: r["body"] for r in table.scan().to_arrow().to_pylist()}
     assert len(got) == table.scan().to_arrow().num_rows, "a key holds two live rows"
@@ -127,12 +132,7 @@ def test_every_commit_assigns_row_ids(any_config, unique_name):
         assert meta["format-version"] == "3"
         assert all(e["data_file"]["first_row_id"] is None for e in entries)
     # DuckDB reads each row's id as its file's first row id plus its position
-    con = connect(table.io.properties)
-    try:
-        got = con.execute(f"SELECT id, _row_id FROM iceberg_scan('{metadata_path(table)}') "
-                          f"ORDER BY id, _row_id").fetchall()
-    finally:
-        con.close()
+    got = duckdb_lineage(table, "id, _row_id")
     batches = [list(range(0, 10)), list(range(10, 21)), list(range(20, 32))]  # key 20 is in two batches
     assert got == sorted((key, first + i) for first, ids in zip((0, 10, 21), batches) for i, key in enumerate(ids))
 
@@ -283,12 +283,7 @@ def test_pyiceberg_has_no_row_lineage_columns_where_duckdb_reads_them(config, un
     append(table, rows(range(5, 8), "b"))
     upsert(table, rows([1], "c"))
     table = load_table(config, ".".join(table.name()), refresh=True)
-    con = connect(table.io.properties)
-    try:
-        got = con.execute(f"SELECT id, _row_id, _last_updated_sequence_number FROM "
-                          f"iceberg_scan('{metadata_path(table)}') ORDER BY id").fetchall()
-    finally:
-        con.close()
+    got = duckdb_lineage(table, "id, _row_id, _last_updated_sequence_number")
     # the first batch's rows are ids 0-4 of sequence 1, the second's 5-7 of sequence 2; key 1's new image is a
     # new row of the upsert's snapshot (sequence 3), with the id after them
     assert got == [(0, 0, 1), (1, 8, 3), (2, 2, 1), (3, 3, 1), (4, 4, 1), (5, 5, 2), (6, 6, 2), (7, 7, 2)]
