@@ -67,6 +67,15 @@ def test_ends_as_objects_looks_past_trailing_whitespace_and_at_a_slice_only():
     assert ends_as_objects(pa.array([], pa.binary()))
 
 
+def test_values_with_trailing_line_breaks_or_long_blank_tails_end_as_objects():
+    lines = pa.array([b'{"a": %d}\n' % i for i in range(1000)], pa.binary())
+    assert ends_as_objects(lines) and read_lines(lines).column("a").to_pylist() == list(range(1000))
+    assert ends_as_objects(pa.array([b'{"a": 1}' + b" " * 10, b'{"a": 2}\r\n'], pa.binary()))
+    assert not ends_as_objects(pa.array([b'{"a": 1}' + b" " * 10 + b"x", b'{"a": 2}\n'], pa.binary()))
+    assert not ends_as_objects(pa.array([b'{"a": 1}\n', b"  \n"], pa.binary()))
+    assert not ends_as_objects(pa.array([b'{"a": 1}\n', b"1\n"], pa.binary()))
+
+
 def test_an_explicit_schema_reads_its_fields_and_ignores_others_when_asked():
     values = pa.array([b'{"a": 1, "b": "x"}', b'{"a": 2}'], pa.binary())
     parse = pj.ParseOptions(explicit_schema=pa.schema([("a", pa.int32())]), unexpected_field_behavior="ignore")
