@@ -241,6 +241,11 @@ class CpuSampler:
         return out
 
 
+def cpu_seconds(first: dict, last: dict) -> dict:
+    """CPU seconds each role (and the whole machine) spent between two CpuSampler samples."""
+    return {k: round(last[k] - first[k], 2) for k in (*ROLES, "machine_busy")}
+
+
 def cpu_per_second(first: dict, last: dict) -> dict:
     """Cores used by each role between two CpuSampler samples (1.0 = one core busy)."""
     span = last["t"] - first["t"]

@@ -7,8 +7,8 @@ checkpoint, one table per topic, in turn, --format-rounds times (5; each format 
 the broker settles after every drain; the machine's drift hits every format):
 `registry` on the Avro topics, `json` (columns inferred) on the JSON topics, and `raw` on the Avro
 topics (key and value bytes). Each rate is reported as a ratio to the Avro rate of the same run
-(medians over the rounds; targets: inferred JSON >= 0.8x, raw >= 1.5x). Every table must hold exactly
-its topic's records.
+(medians over the rounds; targets: inferred JSON >= 0.8x, raw >= 1.5x), with each drain's CPU seconds
+by role (broker, Spark's Python workers, JVM, driver). Every table must hold exactly its topic's records.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def run_formats(args, stack: Stack, root: Path) -> dict:
     from router.config import parse_config
     from router.driver.job import build_spark
     from scripts.perf.live.throughput import warm_up
-    from scripts.perf.probe import load_average, settle_broker
+    from scripts.perf.probe import CpuSampler, cpu_seconds, load_average, settle_broker
 
     formats = [f for f in args.formats.split(",") if f]
     if "avro" not in formats:
@@ -108,9 +108,13 @@ def run_formats(args, stack: Stack, root: Path) -> dict:
     runs: dict[str, list[dict]] = {f: [] for f in formats}
     result["rounds"] = args.format_rounds
     result["group_commit"] = args.group_commit
+    cpu = CpuSampler()
     for run in range(args.format_rounds):
         for fmt in formats[run % len(formats):] + formats[:run % len(formats)]:  # each format leads a round
+            before = cpu.sample()
             runs[fmt].append(drain(spark, stack, root, fmt, run, topics[TOPIC_SETS[fmt]], args))
+            # where the drain's CPU went (query start included): the broker's share tells its rounds apart
+            runs[fmt][-1]["cpu_seconds"] = cpu_seconds(before, cpu.sample())
             print(f"  {fmt} run {run}: {runs[fmt][-1]['records_per_s']:,} records/s", flush=True)
             # what the broker does after a run (a group commit rewrites its store) must not land in the next
             runs[fmt][-1]["broker_settle_after_s"] = settle_broker(stack.broker)
