@@ -46,11 +46,17 @@ def group_note(d: dict) -> str:
 
 #: runs beside a cited one, by the prefix of their files (upsert_json_run_2.json ...)
 SIBLINGS = {"upsert_json_run": ("upsert_json_run_2.json", "upsert_json_run_3.json"),
-            "upsert_json_before": ("upsert_json_before.json", "upsert_json_before_2.json")}
+            "upsert_json_before": ("upsert_json_before.json", "upsert_json_before_2.json"),
+            "formats_run": ("formats_run_1.json", "formats_run_2.json", "formats_run_3.json")}
 
 
 def sibling_rates(prefix: str) -> str:
     return " and ".join(n(load(name)["change_events_per_s"]) for name in SIBLINGS[prefix])
+
+
+def per_run(d: dict, fmt: str) -> str:
+    """A format's ratio in each run a combined formats result holds (scripts/perf/live/formats.combine)."""
+    return ", ".join(x(r) for r in d.get("ratio_per_run", {}).get(fmt, []))
 
 
 def drains(d: dict) -> str:
@@ -58,8 +64,10 @@ def drains(d: dict) -> str:
 
 
 def formats_runs(d: dict) -> str:
-    rounds = d.get("rounds", 2)
-    return f"medians of {rounds} interleaved drains of {d['records_per_format'] / 1e6:g}M records{group_note(d)}"
+    rounds, runs = d.get("rounds", 2), d.get("runs_combined", 1)
+    within = f" in {runs} runs" if runs > 1 else ""
+    return (f"medians of {rounds} interleaved drains{within} of {d['records_per_format'] / 1e6:g}M "
+            f"records{group_note(d)}")
 
 
 def round_range(d: dict) -> str:
@@ -205,11 +213,12 @@ JOB = (
     Row("topics without a registry: the same records as plain JSON, columns inferred (200 topics)",
         "formats.json", lambda d: f"**{x(d['ratio_to_avro']['json'])}** the Avro rate "
                                   f"({n(d['records_per_s']['json'])} against {n(d['records_per_s']['avro'])} "
-                                  f"records/s; {formats_runs(d)})",
+                                  f"records/s; {formats_runs(d)}); by run {per_run(d, 'json')}",
         ">= x0.8", lambda d: d["ratio_to_avro"]["json"] >= 0.8),
     Row("the same records read raw (key and value bytes)",
         "formats.json", lambda d: f"**{x(d['ratio_to_avro']['raw'])}** the Avro rate ({n(d['records_per_s']['raw'])} "
-                                  f"records/s); rounds vary: {round_range(d)}; the run before: json "
+                                  f"records/s); by run {per_run(d, 'raw')}; rounds vary: {round_range(d)}; the run "
+                                  f"before the JSON reader change: json "
                                   f"{x(load('formats_before.json')['ratio_to_avro']['json'])}, raw "
                                   f"{x(load('formats_before.json')['ratio_to_avro']['raw'])}",
         ">= x1.5", lambda d: d["ratio_to_avro"]["raw"] >= 1.5),
