@@ -189,6 +189,23 @@ def test_position_delete_files_are_refused_on_v3_and_vectors_on_v2(config, uniqu
             row_delta(tx, (), vectors)
 
 
+def test_an_upgraded_table_gives_its_old_rows_ids_with_the_next_commit(any_config, unique_name):
+    """The upgrade is a metadata commit on every catalog (the REST server applies it on its side): the
+    next append assigns ids to the rows written before it and to its own, each once."""
+    config = any_config
+    table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "2"})
+    append(table, rows(range(0, 5), "a"))
+    upgrade_format(table, 3)
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    assert table.metadata.format_version == 3 and table.metadata.next_row_id == 0
+    append(table, rows(range(5, 8), "b"))
+    table = load_table(config, ".".join(table.name()), refresh=True)
+    assert table.metadata.next_row_id == 8 and table.current_snapshot().first_row_id == 0
+    got = duckdb_lineage(table, "id, _row_id")
+    assert sorted(key for key, _ in got) == list(range(8))
+    assert sorted(row_id for _, row_id in got) == list(range(8)), "every row an id, none twice"
+
+
 def test_a_v2_table_upgraded_keeps_its_position_deletes_and_then_writes_vectors(config, unique_name):
     table = create_table(config, f"{unique_name('ns')}.t", SCHEMA, properties={"format-version": "2"})
     append(table, rows(range(0, 40), "v0"))
