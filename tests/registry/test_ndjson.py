@@ -45,6 +45,7 @@ def test_a_line_break_inside_a_string_is_refused_not_blanked():
     [b'{"k":"}', b'{", "z":1}{}'],          # a string left open at a value's end
     [b'{"a": 1}', b""],
     [b'{"a": 1}{"a": 2}', b'{"a": 3}'],     # two objects in one value
+    [b'{"a":[{}', b'],"b":1}', b'{}{}'],    # a value that closes another's array, and two objects in one
 ])
 def test_values_that_are_not_one_object_each_are_refused(values):
     with pytest.raises(pa.ArrowInvalid):
@@ -58,8 +59,8 @@ def test_broken_values_that_join_into_good_objects_fail_on_their_own():
     assert [position for position, *_ in bad] == [0, 1]
 
 
-def test_ends_as_objects_looks_past_trailing_whitespace_and_at_a_slice_only():
-    column = pa.array([b'{"a": 0}', b'{"a": 1} \r\n', b'[1]', b'{"a": 3}\t'], pa.binary())
+def test_ends_as_objects_looks_past_whitespace_at_both_ends_and_at_a_slice_only():
+    column = pa.array([b'{"a": 0}', b' \n{"a": 1} \r\n', b'[1]', b'{"a": 3}\t'], pa.binary())
     assert ends_as_objects(column.slice(0, 2)) and ends_as_objects(column.slice(3, 1))
     assert not ends_as_objects(column) and not ends_as_objects(column.slice(2, 1))
     assert ends_as_objects(column.cast(pa.large_binary()).slice(0, 2))
@@ -74,6 +75,10 @@ def test_values_with_trailing_line_breaks_or_long_blank_tails_end_as_objects():
     assert not ends_as_objects(pa.array([b'{"a": 1}' + b" " * 10 + b"x", b'{"a": 2}\n'], pa.binary()))
     assert not ends_as_objects(pa.array([b'{"a": 1}\n', b"  \n"], pa.binary()))
     assert not ends_as_objects(pa.array([b'{"a": 1}\n', b"1\n"], pa.binary()))
+    assert not ends_as_objects(pa.array([b'{"a": 1}', b'],"b":1}'], pa.binary()))  # starts with no "{"
+    assert ends_as_objects(pa.array([b" " * 10 + b'{"a": 1}', b'\n{"a": 2}'], pa.binary()))
+    assert not ends_as_objects(pa.array([b" " * 10 + b'x{"a": 1}', b'\n{"a": 2}'], pa.binary()))
+    assert ends_as_objects(pa.array(['{"a": 1}', ' {"é": 2}'], pa.large_string()))
 
 
 def test_an_explicit_schema_reads_its_fields_and_ignores_others_when_asked():
