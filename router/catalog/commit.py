@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from router.catalog.deletes import write_position_deletes
@@ -188,19 +188,15 @@ def commit_table(catalog: CatalogConfig, result, job: str, batch_id: int, retrie
         except NoSuchTableError as exc:
             last_error = exc
             break
-        except RowLevelError as exc:  # a change this table cannot take: no retry makes it take it
+        except Exception as exc:
+            # a lost swap (CommitFailedException, ValidationException): locate the keys again; the catalog
+            # unreachable, I/O errors: retry, then report; a row-level change the table cannot take
+            # (RowLevelError): no retry makes it take it
             last_error = exc
             if deletes:
                 delete_quietly(table.io, [f.file_path for f in deletes])
-            break
-        except (CommitFailedException, ValidationException) as exc:  # lost the swap: locate the keys again
-            last_error = exc
-            if deletes:
-                delete_quietly(table.io, [f.file_path for f in deletes])
-        except Exception as exc:  # catalog unreachable, I/O errors: retry, then report
-            last_error = exc
-            if deletes:
-                delete_quietly(table.io, [f.file_path for f in deletes])
+            if isinstance(exc, RowLevelError):
+                break
         if attempt < retries and not (attempt == 0 and isinstance(last_error, CommitFailedException)):
             # a first lost swap means another committer just landed: refresh and go again at once;
             # repeated losses (several committers of one table) and failures back off

@@ -77,13 +77,10 @@ def write_deletion_vectors(table, positions: dict[str, np.ndarray], files: Snaps
     try:
         with table.io.new_output(location).create(overwrite=True) as stream:
             stream.write(content)
-    except OSError as exc:
+    except BaseException as exc:
         delete_quietly(table.io, [location])
-        if _refused(exc):
+        if isinstance(exc, OSError) and _refused(exc):
             raise RowLevelError(REFUSED, table=_name(table), path=location) from exc
-        raise
-    except BaseException:
-        delete_quietly(table.io, [location])
         raise
     default_spec = table.metadata.default_spec_id
     for data_file, (path, _, cardinality), (offset, length) in zip(targets, blobs, places):

@@ -5,6 +5,7 @@ On a REST catalog (SeaweedFS's, tables in S3): row ids, and an upsert its store 
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
@@ -81,17 +82,11 @@ def upsert(table, data: pa.Table, deleted=()) -> list:
     return deletes
 
 
-def avro(io, path: str) -> tuple[dict, list[dict]]:
+def avro(file_io, path: str) -> tuple[dict, list[dict]]:
     """A manifest or manifest list as written, read with fastavro through the table's FileIO (local or S3)."""
-    with io.new_input(path).open() as f:
-        reader = fastavro.reader(io_bytes(f.read()))
+    with file_io.new_input(path).open() as f:
+        reader = fastavro.reader(io.BytesIO(f.read()))
         return dict(reader.metadata), list(reader)
-
-
-def io_bytes(data: bytes):
-    import io
-
-    return io.BytesIO(data)
 
 
 def duckdb_lineage(table, columns: str) -> list[tuple]:
